@@ -1,0 +1,3 @@
+from lightning_edit.cli import main
+
+main()

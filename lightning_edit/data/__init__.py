@@ -1,0 +1,8 @@
+"""Benchmarks: one small :class:`EditDataModule` per dataset, yielding :class:`EditCase` batches."""
+
+from lightning_edit.data.base import DataFormatError, EditDataModule
+from lightning_edit.data.counterfact import CounterFact
+from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
+from lightning_edit.data.zsre import ZsRE
+
+__all__ = ["CounterFact", "DataFormatError", "EditCase", "EditDataModule", "EditRequest", "PromptGroup", "ZsRE"]

@@ -1,0 +1,184 @@
+"""The benchmark base class and the record-reading helpers every loader uses.
+
+A benchmark is a small :class:`EditDataModule` subclass that reads its official file format in
+:meth:`EditDataModule.load_cases` and turns each record into an :class:`~lightning_edit.data.schema.EditCase`.
+Any problem with the input raises :class:`DataFormatError` naming the file, the record and the field, during
+``setup``, that is before any weight is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from lightning import LightningDataModule
+from torch.utils.data import DataLoader
+
+from lightning_edit.data.schema import EditCase
+from lightning_edit.resources import resolve_path
+
+log = logging.getLogger(__name__)
+
+
+class DataFormatError(ValueError):
+    """A benchmark file that does not have the expected format; names the file, record and field."""
+
+    def __init__(self, path: str | Path, message: str, index: int | None = None, field: str | None = None):
+        where = str(path)
+        if index is not None:
+            where += f": record {index}"
+        if field is not None:
+            where += f": field {field!r}"
+        super().__init__(f"{where}: {message}")
+        self.path, self.index, self.field = str(path), index, field
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSON list (``.json``) or one JSON object per line (``.jsonl``) of records.
+
+    ``path`` may name a file shipped with the package as ``builtin:data/<file>`` (see :mod:`lightning_edit.resources`).
+    """
+    path = resolve_path(path)
+    if not path.is_file():
+        raise DataFormatError(path, "file not found")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        records = []
+        for line_number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise DataFormatError(path, f"malformed JSON on line {line_number}: {error.msg}") from None
+    else:
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise DataFormatError(
+                path, f"malformed JSON at line {error.lineno}, column {error.colno}: {error.msg}"
+            ) from None
+        if not isinstance(records, list):
+            raise DataFormatError(path, f"expected a JSON list of records, found {type(records).__name__}")
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise DataFormatError(path, f"expected a JSON object, found {type(record).__name__}", index)
+    return records
+
+
+def _record_index(source: str) -> int | None:
+    """The record index of an :attr:`EditCase.source` of the form ``file#index`` (None for other sources)."""
+    _, _, index = source.rpartition("#")
+    return int(index) if index.isdigit() else None
+
+
+class RecordReader:
+    """Typed access to the fields of one record, with errors that name file, record and field."""
+
+    def __init__(self, path: str | Path, index: int, record: dict[str, Any]):
+        self.path, self.index, self.record = path, index, record
+
+    def error(self, field: str, message: str) -> DataFormatError:
+        return DataFormatError(self.path, message, self.index, field)
+
+    def get(self, field: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        """The value of ``field`` (a dotted path for nested objects), checked against ``kind``."""
+        value: Any = self.record
+        for part in field.split("."):
+            if not isinstance(value, dict) or part not in value:
+                if default is not ...:
+                    return default
+                raise self.error(field, "missing")
+            value = value[part]
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+            expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.error(field, f"expected {expected}, found {type(value).__name__}")
+        return value
+
+    def string(self, field: str, default: Any = ...) -> str:
+        return self.get(field, str, default)
+
+    def strings(self, field: str, default: Any = ...) -> list[str]:
+        values = self.get(field, list, default)
+        for position, value in enumerate(values):
+            if not isinstance(value, str):
+                raise self.error(f"{field}[{position}]", f"expected str, found {type(value).__name__}")
+        return values
+
+    def answer(self, field: str) -> str:
+        """An answer given as a plain string or as ``{"str": ...}`` (CounterFact)."""
+        value = self.get(field, (str, dict))
+        if isinstance(value, dict):
+            if not isinstance(value.get("str"), str):
+                raise self.error(field, 'expected a string or an object with a string "str"')
+            return value["str"]
+        return value
+
+    def template(self, prompt_field: str, subject: str) -> str:
+        """The prompt with ``{}`` for the subject, created by replacing the subject's first occurrence."""
+        prompt = self.string(prompt_field)
+        if "{}" in prompt:
+            return prompt
+        if not subject or subject not in prompt:
+            raise self.error(prompt_field, f"subject {subject!r} does not occur in the prompt {prompt!r}")
+        return prompt.replace(subject, "{}", 1)
+
+
+class EditDataModule(LightningDataModule, ABC):
+    """A benchmark: reads edit cases from ``path`` and serves them in batches of cases.
+
+    Args:
+        path: the benchmark file.
+        limit: keep only this many cases (quick runs); None keeps all.
+        sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
+        batch_size: edit cases per validation step.
+    """
+
+    def __init__(self, path: str, limit: int | None = None, sample_seed: int | None = None, batch_size: int = 8):
+        super().__init__()
+        self.save_hyperparameters()
+        self.path, self.limit, self.sample_seed, self.batch_size = path, limit, sample_seed, batch_size
+        self.cases: list[EditCase] = []
+        self.skipped: list[dict[str, Any]] = []
+
+    @abstractmethod
+    def load_cases(self) -> list[EditCase]:
+        """Read :attr:`path` and return every edit case in file order (raise :class:`DataFormatError`)."""
+
+    def skip(self, index: int, reason: str) -> None:
+        """Leave a record out, on the record: skipped records are counted and listed in results.json."""
+        self.skipped.append({"record": index, "reason": reason})
+        log.warning("%s: record %d skipped: %s", self.path, index, reason)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.cases:
+            return
+        self.skipped = []
+        cases = self.load_cases()
+        seen: dict[int, str] = {}
+        for case in cases:
+            if case.case_id in seen:
+                raise DataFormatError(
+                    self.path,
+                    f"duplicate case_id {case.case_id}, already used by {seen[case.case_id]}",
+                    _record_index(case.source),
+                    "case_id",
+                )
+            seen[case.case_id] = case.source
+        if self.limit is not None and self.limit < len(cases):
+            if self.sample_seed is None:
+                cases = cases[: self.limit]
+            else:
+                positions = sorted(random.Random(self.sample_seed).sample(range(len(cases)), self.limit))
+                cases = [cases[i] for i in positions]
+        self.cases = cases
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.cases, batch_size=self.batch_size, shuffle=False, collate_fn=list)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.val_dataloader()

@@ -1,0 +1,125 @@
+"""CounterFact (Meng et al., 2022, "Locating and Editing Factual Associations in GPT", ROME).
+
+Each record asks to replace a true fact (``target_true``) by a counterfactual one (``target_new``). Success is a
+probability comparison (mean per-token NLL of the new vs the true object): ES on the rewrite prompt, PS on
+paraphrases, NS on neighbouring subjects (where the true object must stay preferred). Two file formats exist and
+are detected per file:
+
+- ROME format (``counterfact.json``, MEMIT's ``multi_counterfact.json``): a nested ``requested_rewrite`` with a
+  ``{}`` template, lists of paraphrase, neighbourhood, attribute and generation prompts, and answers given as
+  ``{"str": ..., "id": ...}``;
+- the flat MEND/EasyEdit split (``counterfact-{train,val,edit}.json``): one ``prompt``, ``rephrase_prompt`` and
+  ``locality_prompt`` per record, answers as plain strings. It has no generation prompts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_edit.data.base import DataFormatError, EditDataModule, RecordReader, read_records
+from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
+
+_ROME_KEYS = {
+    "case_id",
+    "requested_rewrite",
+    "paraphrase_prompts",
+    "neighborhood_prompts",
+    "attribute_prompts",
+    "generation_prompts",
+}
+_REWRITE_KEYS = {"prompt", "subject", "target_new", "target_true"}
+_FLAT_KEYS = {
+    "case_id",
+    "prompt",
+    "target_new",
+    "subject",
+    "ground_truth",
+    "rephrase_prompt",
+    "locality_prompt",
+    "locality_ground_truth",
+}
+
+
+class CounterFact(EditDataModule):
+    """CounterFact edits, from the ROME-format file or the flat MEND/EasyEdit split (detected per file).
+
+    Groups: ``rewrite`` (ES, rewrite_acc), ``paraphrase`` (PS, rephrase_acc), ``neighborhood`` (NS, locality_acc);
+    in the ROME format also ``attribute`` (unscored, kept for generation consistency) and, with ``generation``,
+    ``generation`` (GE).
+
+    Args:
+        path: the CounterFact JSON file, in the ROME format or the flat split format.
+        limit: keep only this many cases (quick runs); None keeps all.
+        sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
+        batch_size: edit cases per validation step.
+        generation: also score the ``generation_prompts`` by n-gram entropy (GE); ROME format only.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        limit: int | None = None,
+        sample_seed: int | None = None,
+        batch_size: int = 8,
+        generation: bool = False,
+    ):
+        super().__init__(path, limit, sample_seed, batch_size)
+        self.generation = generation
+
+    def load_cases(self) -> list[EditCase]:
+        records = read_records(self.path)
+        rome = any("requested_rewrite" in record for record in records)
+        if self.generation and not rome:
+            raise DataFormatError(
+                self.path, "generation=True needs the ROME format; the flat split has no generation prompts"
+            )
+        read_case = self._rome_case if rome else self._flat_case
+        return [read_case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
+
+    def _rome_case(self, reader: RecordReader) -> EditCase:
+        rewrite = reader.get("requested_rewrite", dict)
+        subject = reader.string("requested_rewrite.subject")
+        new = reader.answer("requested_rewrite.target_new")
+        true = reader.answer("requested_rewrite.target_true")
+        extra = _rest(rewrite, _REWRITE_KEYS) | _rest(reader.record, _ROME_KEYS)
+        for name in ("target_new", "target_true"):
+            if isinstance(rewrite[name], dict) and "id" in rewrite[name]:
+                extra[f"{name}_id"] = rewrite[name]["id"]
+        request = EditRequest(reader.template("requested_rewrite.prompt", subject), subject, new, true, extra)
+        groups = _groups(request, reader.strings("paraphrase_prompts"), reader.strings("neighborhood_prompts"), true)
+        groups["attribute"] = PromptGroup.shared_answer(reader.strings("attribute_prompts"), new, true)
+        if self.generation:
+            groups["generation"] = PromptGroup.shared_answer(reader.strings("generation_prompts"), new, entropy="GE")
+        return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
+
+    def _flat_case(self, reader: RecordReader) -> EditCase:
+        subject = reader.string("subject")
+        new, true = reader.answer("target_new"), reader.answer("ground_truth")
+        extra = _rest(reader.record, _FLAT_KEYS)
+        request = EditRequest(reader.template("prompt", subject), subject, new, true, extra)
+        groups = _groups(
+            request,
+            [reader.string("rephrase_prompt")],
+            [reader.string("locality_prompt")],
+            reader.answer("locality_ground_truth"),
+        )
+        return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
+
+
+def _groups(
+    request: EditRequest, paraphrases: list[str], neighbours: list[str], neighbour_answer: str
+) -> dict[str, PromptGroup]:
+    """The groups of both formats: rewrite (ES), paraphrase (PS) and neighborhood (NS, the true answer preferred)."""
+    new, true = request.target_new, request.target_true
+    return {
+        "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, prob="ES", token_acc="rewrite_acc"),
+        "paraphrase": PromptGroup.shared_answer(paraphrases, new, true, prob="PS", token_acc="rephrase_acc"),
+        "neighborhood": PromptGroup.shared_answer(
+            neighbours, neighbour_answer, new, prob="NS", agreement="locality_acc"
+        ),
+    }
+
+
+def _rest(fields: dict[str, Any], used: set[str]) -> dict[str, Any]:
+    """The optional fields of a record (those not turned into requests or prompts), kept for reporting."""
+    return {key: value for key, value in fields.items() if key not in used}

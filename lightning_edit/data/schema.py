@@ -1,0 +1,110 @@
+"""Edit cases: what a benchmark hands to an editor and to the scorer.
+
+An :class:`EditCase` holds the edit request(s) of one benchmark record and named groups of evaluation prompts.
+Each :class:`PromptGroup` says, per prompt, which answer is expected (and, for probability comparison, which
+answer competes with it) and which metrics score it: ``{"prob": "ES", "token_acc": "rewrite_acc"}`` maps a
+score kind to the name the benchmark reports it under.
+
+Score kinds (the conventions are documented once, in :mod:`lightning_edit.metrics`):
+
+- ``prob``: probability comparison, success iff mean per-token NLL(expected) < NLL(alternative) (ROME, CounterFact);
+- ``token_acc``: teacher-forced token accuracy of the expected answer (EasyEdit ``rewrite_acc``; ROME's zsRE);
+- ``agreement``: share of argmax tokens along the expected answer equal to those of the unedited model
+  (EasyEdit locality);
+- ``entropy``: weighted bi/tri-gram entropy of a text generated from the prompt (ROME's GE).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+ScoreKind = Literal["prob", "token_acc", "agreement", "entropy"]
+SCORE_KINDS: tuple[str, ...] = ("prob", "token_acc", "agreement", "entropy")
+
+
+@dataclass(frozen=True)
+class EditRequest:
+    """One fact to write into the model.
+
+    Args:
+        prompt: template with ``{}`` where the subject goes, e.g. ``"The mother tongue of {} is"``.
+        subject: the subject string, e.g. ``"Danielle Darrieux"``.
+        target_new: the new object, scored with a leading space, e.g. ``"English"``.
+        target_true: the object the model is expected to know before the edit (None when unknown, as in zsRE).
+        extra: optional fields of the record (relation id, ...), kept for reporting.
+    """
+
+    prompt: str
+    subject: str
+    target_new: str
+    target_true: str | None = None
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if "{}" not in self.prompt:
+            raise ValueError(f"prompt template {self.prompt!r} has no '{{}}' placeholder for the subject")
+
+    @property
+    def filled_prompt(self) -> str:
+        """The prompt with the subject in place of ``{}``."""
+        return self.prompt.replace("{}", self.subject, 1)
+
+
+@dataclass(frozen=True)
+class PromptGroup:
+    """Evaluation prompts that share a role (rewrite, paraphrase, neighbourhood, ...).
+
+    Args:
+        prompts: the prompts, scored independently.
+        expected: per prompt, the answer the model should give (the teacher-forced continuation).
+        alternatives: per prompt, the competing answer for probability comparison (None if the group has no
+            ``prob`` metric).
+        metrics: score kind -> reported metric name, e.g. ``{"prob": "ES", "token_acc": "rewrite_acc"}``.
+    """
+
+    prompts: tuple[str, ...]
+    expected: tuple[str, ...]
+    alternatives: tuple[str, ...] | None = None
+    metrics: dict[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if len(self.expected) != len(self.prompts):
+            raise ValueError(f"{len(self.prompts)} prompts but {len(self.expected)} expected answers")
+        if self.alternatives is not None and len(self.alternatives) != len(self.prompts):
+            raise ValueError(f"{len(self.prompts)} prompts but {len(self.alternatives)} alternatives")
+        unknown = set(self.metrics) - set(SCORE_KINDS)
+        if unknown:
+            raise ValueError(f"unknown score kinds {sorted(unknown)}; known: {list(SCORE_KINDS)}")
+        if "prob" in self.metrics and self.alternatives is None:
+            raise ValueError("a group scored by probability comparison ('prob') needs alternatives")
+
+    @classmethod
+    def shared_answer(
+        cls, prompts: list[str] | tuple[str, ...], expected: str, alternative: str | None = None, **metrics: str
+    ) -> PromptGroup:
+        """A group whose prompts all share one expected answer (and one alternative)."""
+        prompts = tuple(prompts)
+        alternatives = None if alternative is None else (alternative,) * len(prompts)
+        return cls(prompts, (expected,) * len(prompts), alternatives, dict(metrics))
+
+
+@dataclass(frozen=True)
+class EditCase:
+    """One benchmark record: the edit(s) to apply and the prompt groups that measure them.
+
+    Args:
+        case_id: unique within the benchmark (the record's ``case_id``, or its index when it has none).
+        requests: the edit requests; most benchmarks have exactly one.
+        groups: named prompt groups, e.g. ``{"rewrite": ..., "paraphrase": ..., "neighborhood": ...}``.
+        source: where the record came from (``file#index``), for error messages and reports.
+    """
+
+    case_id: int
+    requests: tuple[EditRequest, ...]
+    groups: dict[str, PromptGroup] = field(hash=False)
+    source: str = ""
+
+    @property
+    def metric_names(self) -> list[str]:
+        return [name for group in self.groups.values() for name in group.metrics.values()]

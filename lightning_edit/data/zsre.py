@@ -1,0 +1,89 @@
+"""zsRE question answering edits, in the MEND format used by ROME, MEMIT and EasyEdit (Levy et al., 2017;
+De Cao et al., 2021; Mitchell et al., 2022).
+
+A record has a question ``src`` about ``subject``, its paraphrase ``rephrase``, the gold ``answers``, an
+alternative answer ``alt``, and an unrelated Natural Questions prompt ``loc`` with its answer ``loc_ans``
+(``pred`` and ``cond`` are informational and kept in :attr:`EditRequest.extra`). The frameworks disagree on what
+to edit towards:
+
+- ``target="alt"`` (default, EasyEdit and MEND): edit towards ``alt``, with ``answers[0]`` as the true answer.
+  Records whose ``alt`` is empty have no target; EasyEdit drops them silently, here they are skipped on the record
+  (:attr:`EditDataModule.skipped`).
+- ``target="answers0"`` (ROME and MEMIT): edit towards ``answers[0]``; the true answer is unknown (None).
+
+Every group is scored by teacher-forced token accuracy except ``locality``, which is EasyEdit's argmax agreement of
+the edited with the unedited model along ``loc_ans``; ``neighborhood`` is ROME's zsRE neighbourhood score, the token
+accuracy of ``loc_ans`` after ``loc + "?"``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from lightning_edit.data.base import EditDataModule, RecordReader, read_records
+from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
+
+_USED_KEYS = {"case_id", "subject", "src", "rephrase", "alt", "answers", "loc", "loc_ans"}
+
+
+class ZsRE(EditDataModule):
+    """zsRE edits in the MEND format (``zsre_mend_eval.json``, ``zsre_mend_train.json``).
+
+    Groups: ``rewrite`` (rewrite_acc), ``rephrase`` (rephrase_acc), ``locality`` (locality_acc, EasyEdit) and
+    ``neighborhood`` (neighborhood_acc, ROME).
+
+    Args:
+        path: the zsRE JSON file in the MEND format.
+        limit: keep only this many cases (quick runs); None keeps all.
+        sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
+        batch_size: edit cases per validation step.
+        target: the edit target. "alt" edits towards ``alt`` as EasyEdit and MEND do (true answer ``answers[0]``;
+            records with an empty ``alt`` are skipped and reported); "answers0" edits towards ``answers[0]`` as
+            ROME and MEMIT do (true answer unknown).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        limit: int | None = None,
+        sample_seed: int | None = None,
+        batch_size: int = 8,
+        target: Literal["alt", "answers0"] = "alt",
+    ):
+        if target not in ("alt", "answers0"):
+            raise ValueError(f"target must be 'alt' or 'answers0', got {target!r}")
+        super().__init__(path, limit, sample_seed, batch_size)
+        self.target = target
+
+    def load_cases(self) -> list[EditCase]:
+        cases = []
+        for index, record in enumerate(read_records(self.path)):
+            case = self._case(RecordReader(self.path, index, record))
+            if case is not None:
+                cases.append(case)
+        return cases
+
+    def _case(self, reader: RecordReader) -> EditCase | None:
+        subject, question = reader.string("subject"), reader.string("src")
+        template = reader.template("src", subject)
+        rephrase, alt, answers = reader.string("rephrase"), reader.string("alt"), reader.strings("answers")
+        loc, loc_answer = reader.string("loc"), reader.string("loc_ans")
+        case_id = reader.get("case_id", int, default=reader.index)
+        if not answers:
+            raise reader.error("answers", "expected at least one answer, found an empty list")
+        if self.target == "answers0":
+            new, true = answers[0], None
+        elif alt:
+            new, true = alt, answers[0]
+        else:
+            self.skip(reader.index, 'empty "alt": no edit target with target="alt"')
+            return None
+        extra = {key: value for key, value in reader.record.items() if key not in _USED_KEYS}
+        groups = {
+            "rewrite": PromptGroup.shared_answer([question], new, token_acc="rewrite_acc"),
+            "rephrase": PromptGroup.shared_answer([rephrase], new, token_acc="rephrase_acc"),
+            "locality": PromptGroup.shared_answer([loc], loc_answer, agreement="locality_acc"),
+            "neighborhood": PromptGroup.shared_answer([loc + "?"], loc_answer, token_acc="neighborhood_acc"),
+        }
+        request = EditRequest(template, subject, new, true, extra)
+        return EditCase(case_id, (request,), groups, f"{self.path}#{reader.index}")

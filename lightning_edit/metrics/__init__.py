@@ -1,0 +1,19 @@
+"""Editing metrics as torchmetrics, each stating its convention.
+
+Every reported metric is a :class:`PromptMean` of per-prompt scores of one kind; :data:`CONVENTIONS` says what
+each kind means and where it comes from, and is written next to every value in results.json.
+"""
+
+from lightning_edit.metrics.entropy import ngram_entropy, words
+from lightning_edit.metrics.prompt_mean import PromptMean, aggregate, unique_scores
+
+CONVENTIONS = {
+    "prob": "probability comparison: 1 if mean per-token NLL of the expected answer < that of the alternative "
+    "(ROME/MEMIT CounterFact ES/PS/NS)",
+    "token_acc": "teacher-forced token accuracy of the expected answer after prompt + ' ' (EasyEdit rewrite_acc; "
+    "ROME zsRE)",
+    "agreement": "share of argmax tokens along the expected answer equal to the unedited model's (EasyEdit locality)",
+    "entropy": "weighted bi/tri-gram entropy H2/3 + 2*H3/3 (bits) of prompt + generated text (ROME GE)",
+}
+
+__all__ = ["CONVENTIONS", "PromptMean", "aggregate", "ngram_entropy", "unique_scores", "words"]

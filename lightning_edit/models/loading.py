@@ -1,0 +1,103 @@
+"""Load a causal language model and its tokenizer from a local directory or a Hugging Face hub id."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from lightning_edit.resources import resolve_path
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class ModelNotFoundError(OSError):
+    """A model id that is neither a local directory nor reachable on the hub."""
+
+
+@dataclass
+class ModelSource:
+    """Which causal LM to load, and how.
+
+    Args:
+        path: a local directory (``save_pretrained`` layout), ``builtin:models/<name>`` for a model that ships with
+            lightning-edit, or a Hugging Face hub id (needs network, or the hub cache with ``HF_HUB_OFFLINE=1``).
+        dtype: weight dtype: float32, float16, bfloat16, or auto (the checkpoint's own).
+        revision: hub revision (branch, tag or commit) for a hub id.
+        trust_remote_code: run modelling code shipped with the checkpoint. Off by default: only turn it on for
+            checkpoints you trust.
+        random_init_seed: build the model from the directory's ``config.json`` with random weights, seeded, instead
+            of loading weights (for shape-reduced test models and smoke runs).
+    """
+
+    path: str
+    dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32"
+    revision: str | None = None
+    trust_remote_code: bool = False
+    random_init_seed: int | None = None
+
+
+def _location(source: ModelSource) -> str:
+    path = resolve_path(source.path)
+    if path.is_dir():
+        return str(path)
+    if str(source.path).startswith(("builtin:", "/", ".", "~")):
+        raise ModelNotFoundError(f"model directory {source.path!r} not found ({path})")
+    return str(source.path)
+
+
+def load_tokenizer(source: ModelSource) -> PreTrainedTokenizerBase:
+    """The tokenizer, with a pad token (falls back to EOS, then UNK) so that batches can be padded."""
+    location = _location(source)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            location, revision=source.revision, trust_remote_code=source.trust_remote_code
+        )
+    except OSError as error:
+        raise ModelNotFoundError(_not_found(location, error)) from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
+    if tokenizer.pad_token is None:
+        raise ValueError(f"tokenizer of {location!r} has no pad, eos or unk token to pad batches with")
+    return tokenizer
+
+
+def load_model(source: ModelSource, device: str | torch.device | None = None) -> PreTrainedModel:
+    """The model in eval mode, on ``device`` (CPU if None), in the requested dtype."""
+    location = _location(source)
+    dtype = "auto" if source.dtype == "auto" else DTYPES[source.dtype]
+    common = dict(revision=source.revision, trust_remote_code=source.trust_remote_code)
+    try:
+        if source.random_init_seed is None:
+            model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **common)
+        else:
+            config = AutoConfig.from_pretrained(location, **common)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(source.random_init_seed)
+                model = AutoModelForCausalLM.from_config(config, trust_remote_code=source.trust_remote_code)
+            if dtype != "auto":
+                model = model.to(dtype)
+    except OSError as error:
+        raise ModelNotFoundError(_not_found(location, error)) from error
+    if device is not None:
+        model = model.to(device)
+    return model.eval()
+
+
+def load_model_and_tokenizer(
+    source: ModelSource, device: str | torch.device | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    return load_model(source, device), load_tokenizer(source)
+
+
+def _not_found(location: str, error: OSError) -> str:
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
+    hint = (
+        "the hub is offline (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE) and the id is not in the local cache"
+        if offline
+        else "it is not a local directory and could not be fetched from the Hugging Face hub (no network?)"
+    )
+    return f"cannot load model {location!r}: {hint}. Pass a local directory saved with save_pretrained. ({error})"

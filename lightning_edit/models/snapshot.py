@@ -1,0 +1,57 @@
+"""Bit-exact snapshots of model parameters, to undo in-place edits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class WeightSnapshot:
+    """Copies of named parameters taken at creation; :meth:`restore` writes them back in place.
+
+    Tied parameters appear once, under the name ``model.named_parameters()`` gives them, unless named
+    explicitly. Used as a context manager, the snapshot restores the parameters on exit, also on exceptions.
+
+    Args:
+        model: Model whose parameters are saved.
+        names: Parameter names to save; all parameters when ``None``.
+        device: Device of the copies (e.g. ``"cpu"`` to keep accelerator memory free); same as the parameter's
+            when ``None``.
+    """
+
+    def __init__(self, model: nn.Module, names: Iterable[str] | None = None, device: torch.device | str | None = None):
+        if names is None:
+            params = dict(model.named_parameters())
+        else:
+            params = {name: model.get_parameter(name) for name in names}
+        self._params = params
+        self._saved = {name: param.detach().to(device, copy=True) for name, param in params.items()}
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the saved parameters."""
+        return list(self._params)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Copy the saved values back into the parameters, in place."""
+        for name, param in self._params.items():
+            param.data.copy_(self._saved[name])
+
+    @torch.no_grad()
+    def changed(self) -> list[str]:
+        """Names of saved parameters whose current value differs from the snapshot."""
+        return [
+            name
+            for name, param in self._params.items()
+            if not torch.equal(param.detach(), self._saved[name].to(param.device))
+        ]
+
+    def __enter__(self) -> WeightSnapshot:
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
+        self.restore()

@@ -1,0 +1,63 @@
+"""Tokenization conventions, in one place.
+
+- A target is scored as the continuation of ``prompt + " " + target`` (one ASCII space, ROME and EasyEdit): the
+  target tokens are those of the joint string after the prompt's own tokens. For GPT-2/LLaMA-3/Qwen BPE this is
+  the ``Ġtarget`` form, for SentencePiece the ``▁target`` form, and a BOS is never part of the target.
+- The prompt is encoded with the tokenizer's default special tokens (so LLaMA gets its BOS), unless it already
+  starts with the BOS (a chat template wrote it).
+- Padding side is chosen explicitly by each caller (:func:`pad`); position ids are computed from the attention
+  mask, so left and right padding give the same logits for the real tokens.
+- Optional chat-template formatting for instruct models (:func:`format_prompt`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+PaddingSide = Literal["left", "right"]
+
+
+def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, chat_template: bool = False) -> str:
+    """The prompt as the model sees it: raw, or as one user turn of the tokenizer's chat template."""
+    if not chat_template:
+        return prompt
+    if tokenizer.chat_template is None:
+        raise ValueError(f"chat_template=True but tokenizer {tokenizer.name_or_path!r} has no chat template")
+    messages = [{"role": "user", "content": prompt}]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
+    """Token ids of a prompt, with the tokenizer's special tokens unless the text already starts with BOS."""
+    has_bos = tokenizer.bos_token is not None and prompt.startswith(tokenizer.bos_token)
+    return tokenizer(prompt, add_special_tokens=not has_bos)["input_ids"]
+
+
+def encode_prompt_target(tokenizer: PreTrainedTokenizerBase, prompt: str, target: str) -> tuple[list[int], list[int]]:
+    """``(prompt_ids, target_ids)``: the target is what ``prompt + " " + target`` adds after the prompt's tokens."""
+    if not target.strip():
+        raise ValueError(f"empty target after prompt {prompt!r}")
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    full_ids = encode_prompt(tokenizer, f"{prompt} {target}")
+    target_ids = full_ids[len(prompt_ids) :]
+    if not target_ids:
+        raise ValueError(f"target {target!r} has no tokens after prompt {prompt!r}")
+    return prompt_ids, target_ids
+
+
+def pad(
+    sequences: list[list[int]], pad_id: int, side: PaddingSide
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pad token-id lists to one length: ``(input_ids, attention_mask, position_ids)``, each (B, L)."""
+    length = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        span = slice(0, len(seq)) if side == "right" else slice(length - len(seq), length)
+        input_ids[row, span] = torch.tensor(seq, dtype=torch.long)
+        attention_mask[row, span] = 1
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return input_ids, attention_mask, position_ids

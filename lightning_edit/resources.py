@@ -1,0 +1,38 @@
+"""Files that ship inside the package: the embedded default model and benchmark data.
+
+A path written ``builtin:<relative path>`` in a config names a file under ``lightning_edit/assets/``, so configs
+work from any working directory, whether the package is installed or used from a clone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ASSETS_DIR = Path(__file__).parent / "assets"
+BUILTIN_PREFIX = "builtin:"
+
+
+def resolve_path(path: str | Path) -> Path:
+    """``builtin:data/zsre.json`` -> ``<package>/assets/data/zsre.json``; any other path is returned as a Path."""
+    text = str(path)
+    if text.startswith(BUILTIN_PREFIX):
+        return ASSETS_DIR / text[len(BUILTIN_PREFIX) :]
+    return Path(text)
+
+
+def builtin_texts() -> list[str]:
+    """Every string in the embedded benchmark files (the corpus of the embedded tokenizers)."""
+    texts: list[str] = []
+
+    def collect(value: Any) -> None:
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, dict | list):
+            for item in value.values() if isinstance(value, dict) else value:
+                collect(item)
+
+    for path in sorted((ASSETS_DIR / "data").glob("*.json")):
+        collect(json.loads(path.read_text(encoding="utf-8")))
+    return texts

@@ -1,0 +1,32 @@
+"""Shared fixtures: tiny GPT-2 and LLaMA models saved to disk and loaded by the real loading code; no network."""
+
+import os
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # read by huggingface_hub at import: set before transformers is imported
+os.environ["WANDB_MODE"] = "disabled"
+
+import pytest  # noqa: E402
+
+from lightning_edit.models.build import random_model, train_tokenizer  # noqa: E402
+from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer  # noqa: E402
+from lightning_edit.resources import builtin_texts  # noqa: E402
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+EXTRA_TEXT = ["Answer: A B C D E", "The capital of France is Paris.", "Danielle Darrieux speaks French and English."]
+
+
+@pytest.fixture(scope="session", params=["gpt2", "llama"])
+def tiny_model_dir(request, tmp_path_factory) -> Path:
+    """A directory holding a tiny random model of the family and its trained tokenizer (save_pretrained)."""
+    directory = tmp_path_factory.mktemp(f"tiny-{request.param}")
+    tokenizer = train_tokenizer(builtin_texts() + EXTRA_TEXT * 5, request.param, vocab_size=600)
+    random_model(request.param, tokenizer, seed=0).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tiny_model_dir):
+    """(model, tokenizer) of each tiny family, loaded from disk."""
+    return load_model_and_tokenizer(ModelSource(str(tiny_model_dir)))

@@ -1,0 +1,51 @@
+import pytest
+import torch
+
+from lightning_edit.scoring import cut_at_stop, generate, option_distribution, option_token_ids
+
+PROMPTS = ["Question: where is Paris? Answer:", "The capital of France is", "A"]
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_option_distribution_batched_equals_alone(tiny_lm, padding_side):
+    model, tokenizer = tiny_lm
+    alone = torch.cat([option_distribution(model, tokenizer, [p]) for p in PROMPTS])
+    batched = option_distribution(model, tokenizer, PROMPTS, batch_size=2, padding_side=padding_side)
+    assert batched.shape == (3, 5)
+    assert torch.allclose(batched.sum(-1), torch.ones(3))
+    assert torch.allclose(alone, batched, atol=1e-5, rtol=0)
+
+
+def test_option_distribution_is_the_softmax_over_option_logits(tiny_lm):
+    model, tokenizer = tiny_lm
+    ids = option_token_ids(tokenizer, PROMPTS[0], ("A", "B", "C", "D", "E"))
+    with torch.no_grad():
+        logits = model(torch.tensor([tokenizer(PROMPTS[0])["input_ids"]])).logits[0, -1]
+    expected = torch.softmax(logits[ids], -1)
+    assert torch.allclose(option_distribution(model, tokenizer, PROMPTS[:1])[0], expected, atol=1e-6)
+
+
+def test_greedy_generation_batched_equals_alone_and_respects_budget(tiny_lm):
+    model, tokenizer = tiny_lm
+    alone = [generate(model, tokenizer, [p], max_new_tokens=6)[0] for p in PROMPTS]
+    assert generate(model, tokenizer, PROMPTS, max_new_tokens=6, batch_size=2) == alone
+    for prompt, text in zip(PROMPTS, alone):
+        assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= 6 + 1  # decoding may split a token
+    total = generate(model, tokenizer, PROMPTS[1:2], max_length=len(tokenizer(PROMPTS[1])["input_ids"]) + 3)
+    assert total[0] == generate(model, tokenizer, PROMPTS[1:2], max_new_tokens=3)[0]
+
+
+def test_sampling_is_seeded_and_stop_strings_cut(tiny_lm):
+    model, tokenizer = tiny_lm
+    first = generate(model, tokenizer, PROMPTS, max_new_tokens=8, do_sample=True, top_k=5, seed=1)
+    assert first == generate(model, tokenizer, PROMPTS, max_new_tokens=8, do_sample=True, top_k=5, seed=1)
+    stopped = generate(model, tokenizer, PROMPTS, max_new_tokens=8, do_sample=True, top_k=5, seed=1, stop_strings=("e",))
+    assert all("e" not in text for text in stopped)
+    assert cut_at_stop("Paris. Then\nmore", (".", "\n")) == "Paris"
+
+
+def test_budget_arguments_are_checked(tiny_lm):
+    with pytest.raises(ValueError, match="exactly one"):
+        generate(*tiny_lm, PROMPTS, max_new_tokens=3, max_length=10)
+    with pytest.raises(ValueError, match="leaves none"):
+        generate(*tiny_lm, PROMPTS, max_length=2)

@@ -1,0 +1,109 @@
+"""End-to-end runs of the ``lightning-edit`` command on the embedded model and data."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_edit.cli import build_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
+QUICK = ["--trainer.enable_progress_bar=false", "--trainer.logger=false", "--trainer.accelerator=cpu"]
+
+
+@pytest.fixture(autouse=True)
+def _argv(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "argv", ["lightning-edit"])
+    monkeypatch.chdir(tmp_path)
+
+
+def validate(tmp_path, *args: str) -> dict:
+    build_cli(["validate", *args, *QUICK, f"--trainer.default_root_dir={tmp_path}"])
+    return json.loads((tmp_path / "results.json").read_text())
+
+
+def test_validate_flat_counterfact(tmp_path):
+    results = validate(
+        tmp_path,
+        "--model=NoEdit",
+        "--model.lm.path=builtin:models/tiny-gpt2",
+        "--data=CounterFact",
+        "--data.path=builtin:data/counterfact-flat.json",
+        "--data.limit=5",
+    )
+    metrics = results["metrics"]
+    assert set(metrics) == {"ES", "PS", "NS", "rewrite_acc", "rephrase_acc", "locality_acc"}
+    assert all(m["n_cases"] == 5 and m["n_prompts"] == 5 for m in metrics.values())
+    assert metrics["locality_acc"]["macro"] == 1.0  # the unedited model agrees with itself
+    assert 0.0 <= metrics["ES"]["macro"] <= 1.0 and "probability comparison" in metrics["ES"]["convention"]
+    assert results["counts"] == {"cases": 5, "skipped_records": []}
+    assert results["config"]["model"]["init_args"]["lm"]["path"] == "builtin:models/tiny-gpt2"
+    assert results["versions"]["torch"] and "git_hash" in results
+    table = (tmp_path / "results.md").read_text()
+    assert table.startswith("| metric | macro (95% CI) | micro (95% CI)") and "| ES |" in table
+
+
+def test_validate_rome_counterfact_with_generation(tmp_path):
+    results = validate(
+        tmp_path,
+        "--config", str(ROOT / "configs/methods/no_edit.yaml"),
+        "--config", str(ROOT / "configs/models/tiny-gpt2.yaml"),
+        "--config", str(ROOT / "configs/benchmarks/counterfact.yaml"),
+        "--data.path=builtin:data/counterfact-rome.json",
+        "--data.generation=true",
+        "--data.limit=2",
+        "--model.scoring.generation_max_length=30",
+    )
+    metrics = results["metrics"]
+    assert {"ES", "PS", "NS", "GE"} <= set(metrics)
+    assert metrics["PS"]["n_prompts"] == 4 and metrics["NS"]["n_prompts"] == 6 and metrics["GE"]["n_prompts"] == 6
+    assert metrics["GE"]["macro"] > 0
+
+
+def test_validate_zsre_reports_skipped_records(tmp_path):
+    results = validate(
+        tmp_path,
+        "--config", str(ROOT / "configs/methods/no_edit.yaml"),
+        "--config", str(ROOT / "configs/models/tiny-gpt2.yaml"),
+        "--config", str(ROOT / "configs/benchmarks/zsre.yaml"),
+    )
+    assert set(results["metrics"]) == {"rewrite_acc", "rephrase_acc", "locality_acc", "neighborhood_acc"}
+    assert results["counts"]["cases"] == 11
+    assert [s["record"] for s in results["counts"]["skipped_records"]] == [5]
+
+
+def test_help_and_print_config(capsys):
+    with pytest.raises(SystemExit):
+        build_cli(["validate", "--help"])
+    assert "--model" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        build_cli(["validate", "--model=NoEdit", "--model.lm.path=x", "--data=ZsRE", "--data.path=y", "--print_config"])
+    printed = capsys.readouterr().out
+    assert "lightning_edit.editors.NoEdit" in printed and "target: alt" in printed
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: str(p.relative_to(ROOT / "configs")))
+def test_every_shipped_config_resolves(config, capsys):
+    """Each YAML composes with the others (method, then model preset, then benchmark) and parses."""
+    kinds = {"methods": ROOT / "configs/methods/no_edit.yaml", "models": ROOT / "configs/models/tiny-gpt2.yaml"}
+    kinds["benchmarks"] = ROOT / "configs/benchmarks/counterfact.yaml"
+    if config.parent.name in kinds:
+        kinds[config.parent.name] = config
+        files = list(kinds.values())
+    else:
+        files = [config]
+    args = [item for path in files for item in ("--config", str(path))]
+    with pytest.raises(SystemExit):
+        build_cli(["validate", *args, "--print_config"])
+    assert "class_path" in capsys.readouterr().out
+
+
+def test_console_script_and_module_entry_point(tmp_path):
+    """``python -m lightning_edit`` runs and exits 0 (the console script calls the same ``main``)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lightning_edit", "validate", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "--data" in done.stdout
