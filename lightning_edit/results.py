@@ -10,6 +10,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from lightning_edit.metrics import CONVENTION_LABELS
+
 PACKAGES = ("lightning-edit", "torch", "lightning", "transformers", "torchmetrics", "tokenizers", "jsonargparse")
 
 
@@ -45,7 +47,10 @@ def _interval(value: float, interval: list[float] | None) -> str:
 
 
 def markdown_table(metrics: dict[str, dict[str, Any]]) -> str:
-    """One row per metric: both aggregations with their 95% confidence half-width, counts and convention."""
+    """One row per metric: both aggregations with their 95% confidence half-width, counts and convention.
+
+    The full text of each convention is in results.json.
+    """
     lines = [
         "| metric | macro (95% CI) | micro (95% CI) | cases | prompts | convention |",
         "|---|---|---|---|---|---|",
@@ -54,7 +59,7 @@ def markdown_table(metrics: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"| {name} | {_interval(result['macro'], result.get('macro_ci95'))} "
             f"| {_interval(result['micro'], result.get('micro_ci95'))} | {result['n_cases']} | {result['n_prompts']} "
-            f"| {result['convention']} |"
+            f"| {CONVENTION_LABELS[result['kind']]} |"
         )
     return "\n".join(lines)
 

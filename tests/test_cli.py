@@ -38,7 +38,8 @@ def test_validate_flat_counterfact(tmp_path):
     assert set(metrics) == {"ES", "PS", "NS", "rewrite_acc", "rephrase_acc", "locality_acc"}
     assert all(m["n_cases"] == 5 and m["n_prompts"] == 5 for m in metrics.values())
     assert metrics["locality_acc"]["macro"] == 1.0  # the unedited model agrees with itself
-    assert 0.0 <= metrics["ES"]["macro"] <= 1.0 and "probability comparison" in metrics["ES"]["convention"]
+    assert 0.0 <= metrics["ES"]["macro"] <= 1.0 and metrics["ES"]["kind"] == "prob"
+    assert "probability comparison" in metrics["ES"]["convention"]
     assert results["counts"] == {"cases": 5, "skipped_records": []}
     assert results["config"]["model"]["init_args"]["lm"]["path"] == "builtin:models/tiny-gpt2"
     assert results["versions"]["torch"] and "git_hash" in results

@@ -55,6 +55,7 @@ class EditorModule(LightningModule, ABC):
         self.protocol = protocol
         self.scoring = scoring or ScoringConfig()
         self.metrics = nn.ModuleDict()
+        self.metric_kinds: dict[str, str] = {}
         self.results: dict[str, dict[str, Any]] = {}
 
     @abstractmethod
@@ -92,6 +93,7 @@ class EditorModule(LightningModule, ABC):
         for name, (kind, rows) in scores.items():
             if name not in self.metrics:
                 self.metrics[name] = PromptMean(CONVENTIONS[kind]).to(self.device)
+                self.metric_kinds[name] = kind
             if rows:
                 case_ids, prompt_ids, values = zip(*rows)
                 self.metrics[name].update(torch.tensor(case_ids), torch.tensor(prompt_ids), torch.tensor(values))
@@ -100,7 +102,7 @@ class EditorModule(LightningModule, ABC):
         self.results = {}
         for name, metric in self.metrics.items():
             result = metric.compute()
-            self.results[name] = {**result, "convention": metric.convention}
+            self.results[name] = {**result, "kind": self.metric_kinds[name], "convention": metric.convention}
             for aggregation in ("macro", "micro"):
                 self.log(f"val/{name}_{aggregation}", float(result[aggregation]))
             metric.reset()

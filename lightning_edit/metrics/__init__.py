@@ -16,4 +16,12 @@ CONVENTIONS = {
     "entropy": "weighted bi/tri-gram entropy H2/3 + 2*H3/3 (bits) of prompt + generated text (ROME GE)",
 }
 
-__all__ = ["CONVENTIONS", "PromptMean", "aggregate", "ngram_entropy", "unique_scores", "words"]
+# short labels for tables
+CONVENTION_LABELS = {
+    "prob": "probability comparison",
+    "token_acc": "token accuracy",
+    "agreement": "argmax agreement",
+    "entropy": "n-gram entropy",
+}
+
+__all__ = ["CONVENTIONS", "CONVENTION_LABELS", "PromptMean", "aggregate", "ngram_entropy", "unique_scores", "words"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.models.tokenization import PaddingSide, encode_prompt, encode_prompt_target, pad
+from lightning_edit.models.tokenization import PaddingSide, encode_prompt, encode_prompt_target
+from lightning_edit.scoring.targets import padded_logits
 
 
 def option_token_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, options: tuple[str, ...]) -> list[int]:
@@ -30,13 +31,7 @@ def option_distribution(
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         sequences = [encode_prompt(tokenizer, p) for p in chunk]
-        input_ids, attention_mask, position_ids = pad(sequences, tokenizer.pad_token_id, padding_side)
-        logits = model(
-            input_ids=input_ids.to(model.device),
-            attention_mask=attention_mask.to(model.device),
-            position_ids=position_ids.to(model.device),
-            use_cache=False,
-        ).logits  # (B, L, V)
+        logits, attention_mask = padded_logits(model, tokenizer, sequences, padding_side)  # (B, L, V)
         last = attention_mask.sum(-1) - 1 if padding_side == "right" else torch.full((len(chunk),), -1)
         next_logits = logits[torch.arange(len(chunk)), last.to(model.device)].float()  # (B, V)
         ids = torch.tensor([option_token_ids(tokenizer, p, options) for p in chunk], device=model.device)  # (B, K)

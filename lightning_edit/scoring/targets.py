@@ -48,6 +48,20 @@ def agreement(reference_ids: torch.Tensor, score: TargetScore) -> float:
     return float((reference_ids == score.argmax_ids).double().mean())
 
 
+def padded_logits(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sequences: list[list[int]], padding_side: PaddingSide
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits (B, L, V), attention_mask (B, L))`` of one padded forward pass, positions taken from the mask."""
+    input_ids, attention_mask, position_ids = pad(sequences, tokenizer.pad_token_id, padding_side)
+    logits = model(
+        input_ids=input_ids.to(model.device),
+        attention_mask=attention_mask.to(model.device),
+        position_ids=position_ids.to(model.device),
+        use_cache=False,
+    ).logits
+    return logits, attention_mask
+
+
 @torch.no_grad()
 def score_targets(
     model: PreTrainedModel,
@@ -70,14 +84,8 @@ def score_targets(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         sequences = [encoded[i][0] + encoded[i][1] for i in chunk]
-        input_ids, attention_mask, position_ids = pad(sequences, tokenizer.pad_token_id, padding_side)
-        logits = model(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            position_ids=position_ids.to(device),
-            use_cache=False,
-        ).logits  # (B, L, V)
-        length = input_ids.shape[1]
+        logits, attention_mask = padded_logits(model, tokenizer, sequences, padding_side)  # (B, L, V)
+        length = attention_mask.shape[1]
         rows, positions, lengths = [], [], []
         for row, i in enumerate(chunk):
             prompt_ids, target_ids = encoded[i]
