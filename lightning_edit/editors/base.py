@@ -1,19 +1,19 @@
 """The editor base class: owns the language model and runs the validate loop under an edit protocol.
 
 A method subclasses :class:`EditorModule` and says which parameters an edit touches (:meth:`edited_parameters`)
-and how it changes them (:meth:`apply_edits`). The base class does the rest of a run::
+and how it changes them (:meth:`apply_edits`). The base class runs the protocol:
 
-    validation_step(cases):
-        reference = scorer.reference(cases)          # unedited model, for agreement (locality) metrics
-        for the edit groups of the protocol:         # single: each case on its own
-            snapshot the edited parameters; apply_edits(requests)
-            scores = scorer.score(cases)             # every prompt group of every case
-            restore the snapshot                     # bit-identical weights
-            metric.update(case ids, prompt ids, scores)
-    on_validation_epoch_end: metric.compute() (synced over processes) -> log + self.results
+- ``single``: each case is applied to the unedited model, scored, and the weights restored (bit-identical);
+- ``batch``: the cases of one dataloader batch (``data.batch_size``) are applied together, each is scored on
+  that model, then the weights are restored;
+- ``sequential``: before evaluation, every case is applied cumulatively, ``edit_batch_size`` cases per editor
+  call, in dataset order; all cases are then scored on the final model (the WISE/AlphaEdit "T edits, then
+  evaluate" protocol), and, for each n in ``eval_at``, the first n cases are also scored right after the n-th
+  edit (reported as ``<metric>@<n>``, the retention curve). The weights are restored after the run.
 
-Protocols: ``single`` (apply one case, score, restore). ``batch`` and ``sequential`` come with the
-locate-then-edit editors.
+Locality (``agreement``) metrics compare with the model before any edit of the run. Scores feed
+:class:`~lightning_edit.metrics.PromptMean` metrics keyed by case id, computed (and synced over processes) at the
+end of the epoch into :attr:`EditorModule.results`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from lightning import LightningModule
 from torch import nn
 
 from lightning_edit.data.schema import EditCase, EditRequest
-from lightning_edit.evaluation import CaseScorer, Scores, ScoringConfig
+from lightning_edit.evaluation import CaseScorer, Reference, Scores, ScoringConfig
 from lightning_edit.metrics import CONVENTIONS, PromptMean
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.models.snapshot import WeightSnapshot
@@ -39,24 +39,36 @@ class EditorModule(LightningModule, ABC):
 
     Args:
         lm: the causal language model to edit (path, dtype, ...).
-        protocol: how edits meet evaluation. ``single``: each case is applied to the unedited model, scored, and
-            the weights restored bit-identically.
+        protocol: how edits meet evaluation: ``single`` (each case alone), ``batch`` (the cases of a dataloader
+            batch together) or ``sequential`` (all cases cumulatively, then evaluate); see the module docstring.
+        edit_batch_size: sequential protocol: cases applied per editor call.
+        eval_at: sequential protocol: also score the first n cases right after the n-th edit, for each n.
         scoring: how evaluation prompts are scored (batch size, chat template, generation settings).
     """
 
     #: False for methods that never change weights (the baseline, in-context editors): cases are then scored together.
     edits_weights: bool = True
 
-    def __init__(self, lm: ModelSource, protocol: Literal["single"] = "single", scoring: ScoringConfig | None = None):
+    def __init__(
+        self,
+        lm: ModelSource,
+        protocol: Literal["single", "batch", "sequential"] = "single",
+        edit_batch_size: int = 1,
+        eval_at: list[int] | None = None,
+        scoring: ScoringConfig | None = None,
+    ):
         super().__init__()
         self.save_hyperparameters()
+        if eval_at and protocol != "sequential":
+            raise ValueError(f"eval_at={eval_at} needs protocol='sequential', not {protocol!r}")
         self.model, self.tokenizer = load_model_and_tokenizer(lm)
         self.model.requires_grad_(False)
-        self.protocol = protocol
+        self.protocol, self.edit_batch_size, self.eval_at = protocol, edit_batch_size, sorted(eval_at or [])
         self.scoring = scoring or ScoringConfig()
         self.metrics = nn.ModuleDict()
         self.metric_kinds: dict[str, str] = {}
         self.results: dict[str, dict[str, Any]] = {}
+        self._sequential: tuple[WeightSnapshot, Reference] | None = None  # (snapshot, pre-edit reference)
 
     @abstractmethod
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
@@ -77,20 +89,55 @@ class EditorModule(LightningModule, ABC):
     def transfer_batch_to_device(self, batch: list[EditCase], device: torch.device, dataloader_idx: int) -> list:
         return batch  # edit cases hold text; the scorer tokenizes onto the model's device
 
+    @staticmethod
+    def _requests(cases: list[EditCase]) -> list[EditRequest]:
+        return [request for case in cases for request in case.requests]
+
+    def _scorer(self) -> CaseScorer:
+        return CaseScorer(self.model, self.tokenizer, self.scoring)
+
+    def _apply_sequentially(self, cases: list[EditCase]) -> None:
+        """Sequential protocol: apply every case cumulatively (scoring the prefixes in ``eval_at``)."""
+        scorer = self._scorer()
+        reference = scorer.reference(cases)
+        snapshot = WeightSnapshot(self.model, self.edited_parameters(self._requests(cases)))
+        self._sequential = (snapshot, reference)
+        for start in range(0, len(cases), self.edit_batch_size):
+            chunk = cases[start : start + self.edit_batch_size]
+            self.apply_edits(self._requests(chunk))
+            for n in self.eval_at:
+                if start < n <= start + len(chunk):
+                    self._update_metrics(scorer.score(cases[:n], reference), suffix=f"@{n}")
+
+    def on_validation_start(self) -> None:
+        if self.protocol == "sequential":
+            self._apply_sequentially(list(self.trainer.val_dataloaders.dataset))  # every case, on every process
+
+    def on_test_start(self) -> None:
+        if self.protocol == "sequential":
+            self._apply_sequentially(list(self.trainer.test_dataloaders.dataset))
+
     def validation_step(self, batch: list[EditCase], batch_idx: int) -> None:
-        scorer = CaseScorer(self.model, self.tokenizer, self.scoring)
+        scorer = self._scorer()
+        if self._sequential is not None:
+            self._update_metrics(scorer.score(batch, self._sequential[1]))
+            return
         reference = scorer.reference(batch)
-        edit_groups = [[case] for case in batch] if self.edits_weights else [batch]
+        if self.protocol == "single" and self.edits_weights:
+            edit_groups = [[case] for case in batch]
+        else:
+            edit_groups = [batch]
         for cases in edit_groups:
-            with self.edits_applied([request for case in cases for request in case.requests]):
+            with self.edits_applied(self._requests(cases)):
                 scores = scorer.score(cases, reference)
             self._update_metrics(scores)
 
     def test_step(self, batch: list[EditCase], batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)
 
-    def _update_metrics(self, scores: Scores) -> None:
+    def _update_metrics(self, scores: Scores, suffix: str = "") -> None:
         for name, (kind, rows) in scores.items():
+            name += suffix
             if name not in self.metrics:
                 self.metrics[name] = PromptMean(CONVENTIONS[kind]).to(self.device)
                 self.metric_kinds[name] = kind
@@ -106,6 +153,9 @@ class EditorModule(LightningModule, ABC):
             for aggregation in ("macro", "micro"):
                 self.log(f"val/{name}_{aggregation}", float(result[aggregation]))
             metric.reset()
+        if self._sequential is not None:
+            self._sequential[0].restore()
+            self._sequential = None
 
     def on_test_epoch_end(self) -> None:
         self.on_validation_epoch_end()

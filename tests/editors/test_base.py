@@ -15,10 +15,11 @@ EDITED = "transformer.h.1.mlp.c_proj.weight"
 class ScaleEditor(EditorModule):
     """A stand-in for a weight editor: scales one MLP projection per request, and records what it saw."""
 
-    def __init__(self, lm: ModelSource, factor: float = 3.0):
-        super().__init__(lm)
+    def __init__(self, lm: ModelSource, factor: float = 3.0, **protocol):
+        super().__init__(lm, **protocol)
         self.factor = factor
         self.seen: list[list[str]] = []
+        self.norms: list[float] = []  # norm of the edited weight after each apply_edits
 
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
         return [EDITED]
@@ -26,6 +27,8 @@ class ScaleEditor(EditorModule):
     def apply_edits(self, requests: list[EditRequest]) -> None:
         self.seen.append([r.subject for r in requests])
         self.model.get_parameter(EDITED).data.mul_(self.factor)
+        self.norms.append(self.model.get_parameter(EDITED).norm().item())
+
 
 
 def run(editor: EditorModule, limit: int = 4) -> dict:
@@ -63,3 +66,32 @@ def test_no_edit_scores_all_cases_of_a_batch_together():
     editor = NoEdit(ModelSource("builtin:models/tiny-gpt2"))
     assert not editor.edits_weights and editor.edited_parameters([]) == []
     assert run(editor, limit=5)["ES"]["n_cases"] == 5
+
+
+def test_batch_protocol_applies_a_dataloader_batch_together():
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="batch")
+    before = editor.model.get_parameter(EDITED).detach().clone()
+    results = run(editor, limit=4)  # batches of 3 and 1 cases
+    assert [len(subjects) for subjects in editor.seen] == [3, 1]
+    assert editor.norms[0] == pytest.approx(editor.norms[1])  # restored between batches
+    assert torch.equal(editor.model.get_parameter(EDITED), before) and results["ES"]["n_cases"] == 4
+
+
+def test_sequential_protocol_accumulates_edits_then_evaluates_and_restores():
+    editor = ScaleEditor(
+        ModelSource("builtin:models/tiny-gpt2"), protocol="sequential", edit_batch_size=2, eval_at=[2, 4]
+    )
+    before = editor.model.get_parameter(EDITED).detach().clone()
+    results = run(editor, limit=5)
+    assert [len(subjects) for subjects in editor.seen] == [2, 2, 1]  # all cases, cumulatively
+    assert editor.norms == pytest.approx([before.norm().item() * 3**k for k in (1, 2, 3)], rel=1e-5)
+    assert results["ES"]["n_cases"] == 5 and results["ES@2"]["n_cases"] == 2 and results["ES@4"]["n_cases"] == 4
+    assert torch.equal(editor.model.get_parameter(EDITED), before)
+    # locality compares with the model before the run: after three x3 scalings the argmax may move, but the
+    # reference is the same for the whole run, so the metric is present for every case
+    assert results["locality_acc"]["n_cases"] == 5
+
+
+def test_eval_at_needs_the_sequential_protocol():
+    with pytest.raises(ValueError, match="needs protocol='sequential'"):
+        NoEdit(ModelSource("builtin:models/tiny-gpt2"), eval_at=[10])
