@@ -1,0 +1,374 @@
+"""A seeded toy world of fictional facts, its training text and toy benchmarks in the real file formats.
+
+:meth:`ToyWorld.generate` draws a few hundred fictional entities (people, cities, countries, companies, household
+objects) with names built from syllables, and one fact per (subject, relation) for the relations of
+:mod:`lightning_edit.data.toy_relations`. The facts of one-to-one relations are split, with the seed, into
+``bidirectional`` facts (the training text states them forward and inverse) and ``forward_only`` facts (forward
+only), so that a model trained on :meth:`ToyWorld.training_corpus` can show the reversal curse.
+
+The benchmark writers render edits of the same facts in the formats the project's DataModules read: ROME CounterFact
+(:meth:`~ToyWorld.counterfact_records`), BAKE (:meth:`~ToyWorld.bake_records`, CounterFact plus reverse blocks),
+ScEdit-CF scripts (:meth:`~ToyWorld.script_records`) and the project's CaseEdit multiple-choice schema
+(:meth:`~ToyWorld.multiple_choice_records`). Everything is deterministic for a seed.
+
+Example:
+    >>> world = ToyWorld.generate(seed=0)
+    >>> len(world.relations), len(world.entities["person"])
+    (12, 150)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from lightning_edit.data.toy_relations import (
+    CLUSTERS,
+    CODAS,
+    COLOURS,
+    COMPANY_SUFFIXES,
+    LANGUAGE_SUFFIX,
+    ONSETS,
+    PROFESSIONS,
+    RELATIONS,
+    ROOMS,
+    VOWELS,
+    Relation,
+)
+
+LETTERS = "ABCDE"
+NEIGHBOURS = 5  # neighbourhood / attribute prompts per record at most
+BENCHMARK_FILES = {
+    "counterfact": "counterfact.json",
+    "bake": "bake_qa.json",
+    "script": "scedit_cf.json",
+    "multiple_choice": "caseedit.json",
+}
+
+
+class Fact(NamedTuple):
+    """One fact of the world: ``relation(subject) = object``."""
+
+    subject: str
+    relation: str
+    object: str
+
+
+def fill(template: str, subject: str) -> str:
+    """The template with the subject in place of ``{}``."""
+    return template.replace("{}", subject, 1)
+
+
+class _Names:
+    """Unique fictional words: a syllable, a syllable opening with a rare cluster, sometimes a third, a coda."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.used = rng, set()
+
+    def word(self) -> str:
+        rng = self.rng
+        while True:
+            syllables = [rng.choice(ONSETS) + rng.choice(VOWELS), rng.choice(CLUSTERS) + rng.choice(VOWELS)]
+            if rng.random() < 0.2:
+                syllables.append(rng.choice(ONSETS) + rng.choice(VOWELS))
+            word = ("".join(syllables) + rng.choice(CODAS)).capitalize()
+            if word not in self.used:
+                self.used.add(word)
+                return word
+
+
+@dataclass
+class ToyWorld:
+    """Fictional entities, the facts relating them and which facts the training text also states inversely.
+
+    Args:
+        seed: the seed every draw derives from (generation, corpus order, benchmark sampling).
+        entities: entity type -> names; the fictional types plus the attribute values (language, profession, ...).
+        facts: one fact per subject and relation, in relation order.
+        bidirectional: the one-to-one facts whose inverse sentences are in the training text.
+        relations: relation name -> :class:`~lightning_edit.data.toy_relations.Relation` (all of ``RELATIONS``).
+    """
+
+    seed: int
+    entities: dict[str, list[str]]
+    facts: list[Fact]
+    bidirectional: frozenset[Fact]
+    relations: dict[str, Relation] = field(default_factory=lambda: {relation.name: relation for relation in RELATIONS})
+
+    @classmethod
+    def generate(
+        cls,
+        seed: int = 0,
+        n_people: int = 150,
+        n_countries: int = 12,
+        n_cities: int = 48,
+        n_companies: int = 30,
+        n_objects: int = 60,
+        n_languages: int = 8,
+        inverse_fraction: float = 0.5,
+    ) -> ToyWorld:
+        """Draw a world: names, one fact per (subject, relation), and the bidirectional/forward-only split.
+
+        One-to-one relations pair ``min(#subjects, #objects)`` distinct subjects with distinct objects; the other
+        relations give every subject a random object. In each one-to-one relation, ``inverse_fraction`` of the facts
+        (rounded) are bidirectional.
+        """
+        rng = random.Random(seed)
+        names = _Names(rng)
+        entities = {
+            "person": [f"{names.word()} {names.word()}" for _ in range(n_people)],
+            "city": [names.word() for _ in range(n_cities)],
+            "country": [names.word() for _ in range(n_countries)],
+            "company": [f"{names.word()} {rng.choice(COMPANY_SUFFIXES)}" for _ in range(n_companies)],
+            "object": [names.word() for _ in range(n_objects)],
+            "language": [names.word() + LANGUAGE_SUFFIX for _ in range(n_languages)],
+            "profession": list(PROFESSIONS),
+            "room": list(ROOMS),
+            "colour": list(COLOURS),
+        }
+        facts, bidirectional = [], set()
+        for relation in RELATIONS:
+            subjects, objects = entities[relation.subject_type], entities[relation.object_type]
+            if relation.invertible:
+                size = min(len(subjects), len(objects))
+                pairs = list(zip(rng.sample(subjects, size), rng.sample(objects, size)))
+            else:
+                pairs = [(subject, rng.choice(objects)) for subject in subjects]
+            relation_facts = [Fact(subject, relation.name, obj) for subject, obj in pairs]
+            if relation.invertible:
+                bidirectional.update(rng.sample(relation_facts, round(inverse_fraction * len(relation_facts))))
+            facts += relation_facts
+        return cls(seed, entities, facts, frozenset(bidirectional))
+
+    @property
+    def forward_only(self) -> frozenset[Fact]:
+        """The one-to-one facts whose training text has forward sentences only."""
+        return frozenset(f for f in self.facts if self.relations[f.relation].invertible) - self.bidirectional
+
+    def direction(self, fact: Fact) -> str:
+        """How the training text states the fact: ``"bidirectional"`` or ``"forward_only"``."""
+        return "bidirectional" if fact in self.bidirectional else "forward_only"
+
+    def facts_of(self, relation: str) -> list[Fact]:
+        """The facts of one relation."""
+        return [f for f in self.facts if f.relation == relation]
+
+    def forward_sentences(self, fact: Fact) -> list[str]:
+        """The fact stated with every forward template: ``"The capital of X is Y."``."""
+        return [f"{fill(template, fact.subject)} {fact.object}." for template in self.relations[fact.relation].forward]
+
+    def inverse_sentences(self, fact: Fact) -> list[str]:
+        """The fact stated with every inverse template: ``"Y is the capital of X."`` (none if not one-to-one)."""
+        return [f"{fill(template, fact.object)} {fact.subject}." for template in self.relations[fact.relation].inverse]
+
+    def training_corpus(self, scripts: bool = True) -> list[str]:
+        """The training text, one sentence (or script) per item, shuffled with the seed.
+
+        Every fact with every forward template, the inverse sentences of bidirectional facts and, with ``scripts``,
+        every fact in its relation's first script.
+        """
+        corpus = []
+        for fact in self.facts:
+            corpus += self.forward_sentences(fact)
+            if fact in self.bidirectional:
+                corpus += self.inverse_sentences(fact)
+            if scripts:
+                corpus.append(self.relations[fact.relation].scripts[0].render(fact.subject, fact.object))
+        random.Random(f"{self.seed}:corpus").shuffle(corpus)
+        return corpus
+
+    # Benchmarks ------------------------------------------------------------------------------------------------
+
+    def counterfact_records(self, n: int = 100) -> list[dict]:
+        """ROME CounterFact records (read by :class:`~lightning_edit.data.CounterFact`).
+
+        Neighbourhood prompts are other subjects of the relation whose true object is ``target_true``, in the edit's
+        template; attribute prompts those whose true object is ``target_new``. One-to-one relations have no such
+        subjects, so theirs come from other relations with that object (in those relations' first template).
+        """
+        rng = self._rng("counterfact")
+        return [{"case_id": i, **self._rome_record(fact, rng)} for i, fact in enumerate(self._sample(n, rng))]
+
+    def bake_records(self, n: int = 100) -> list[dict]:
+        """BAKE-Q&J records of one-to-one relations: CounterFact records plus ``reverse_qa`` and ``reverse_judge``.
+
+        ``direction_in_training`` says whether the edited fact is bidirectional or forward-only in the training
+        text; ``reverse_qa.direction_in_training`` says the same of the fact the reverse prompt asks about (the
+        true subject of ``target_new``).
+        """
+        rng = self._rng("bake")
+        records = []
+        for i, fact in enumerate(self._sample(n, rng, invertible=True)):
+            record = {"case_id": i, **self._rome_record(fact, rng)}
+            relation = self.relations[fact.relation]
+            new = record["requested_rewrite"]["target_new"]["str"]
+            competitor = next(f for f in self.facts_of(fact.relation) if f.object == new)
+            record["reverse_qa"] = {
+                "prompt": fill(relation.inverse[0], new),
+                "target_new": {"str": fact.subject},
+                "target_true": {"str": competitor.subject},
+                "direction_in_training": self.direction(competitor),
+            }
+            record["reverse_judge"] = {
+                "prompt": relation.judge.format(object=new, subject=fact.subject),
+                "target_new": {"str": "Yes"},
+                "target_true": {"str": "No"},
+            }
+            record["direction_in_training"] = self.direction(fact)
+            records.append(record)
+        return records
+
+    def script_records(self, n: int = 100) -> list[dict]:
+        """ScEdit-CF records: the fact prompt, and script clozes cut right before the object.
+
+        ``rephrase_prompts`` are the subject's clozes in every script of the relation (``interrupt_step`` gives
+        each one's step); ``neighborhood_prompts`` are clozes of other subjects with the same true object.
+        """
+        rng = self._rng("script")
+        records = []
+        for i, fact in enumerate(self._sample(n, rng)):
+            relation = self.relations[fact.relation]
+            neighbours = self._sharing(fact, fact.object, rng)
+            records.append(
+                {
+                    "case_id": i,
+                    "prompt": fill(rng.choice(relation.forward), fact.subject),
+                    "subject": fact.subject,
+                    "ground_truth": fact.object,
+                    "target_new": self._target_new(fact, rng),
+                    "rephrase_prompts": [script.cloze(fact.subject) for script in relation.scripts],
+                    "neighborhood_prompts": [
+                        rng.choice(self.relations[f.relation].scripts).cloze(f.subject) for f in neighbours
+                    ],
+                    "interrupt_step": [script.interrupt_step for script in relation.scripts],
+                    "property": relation.name,
+                    "generation_prompts": [script.question.format(subject=fact.subject) for script in relation.scripts],
+                }
+            )
+        return records
+
+    def multiple_choice_records(self, n: int = 100) -> list[dict]:
+        """CaseEdit-style records (the project schema of docs/datasets.md §3): four 5-option questions per edit.
+
+        Reliability (the edit prompt), generalization (a paraphrase) and portability (a script cloze) expect
+        ``target_new``; locality (a neighbour with the same true object) expects ``ground_truth``. The options are
+        the new and the old object and three other objects of the type, in seeded random order.
+        """
+        rng = self._rng("multiple_choice")
+        records = []
+        for i, fact in enumerate(self._sample(n, rng)):
+            relation = self.relations[fact.relation]
+            template, paraphrase = rng.sample(relation.forward, 2)
+            new = self._target_new(fact, rng)
+            others = sorted(set(self.entities[relation.object_type]) - {fact.object, new})
+            options = [new, fact.object, *rng.sample(others, len(LETTERS) - 2)]
+            neighbour = rng.choice(self._sharing(fact, fact.object, rng))
+            questions = {
+                "reliability": (fill(template, fact.subject), new),
+                "generalization": (fill(paraphrase, fact.subject), new),
+                "locality": (self._prompt(neighbour, fact.relation, template), fact.object),
+                "portability": (rng.choice(relation.scripts).cloze(fact.subject), new),
+            }
+            records.append(
+                {
+                    "case_id": i,
+                    "subject": fact.subject,
+                    "relation": relation.name,
+                    "ground_truth": fact.object,
+                    "target_new": new,
+                    "prompt": fill(template, fact.subject),
+                    "questions": {
+                        name: _multiple_choice(f"{prompt} ___.", options, answer, rng)
+                        for name, (prompt, answer) in questions.items()
+                    },
+                }
+            )
+        return records
+
+    def write_benchmarks(self, directory: str | Path, n: int = 100) -> dict[str, Path]:
+        """Write the four benchmarks (``n`` records each at most) and ``world.json`` (facts and directions).
+
+        Returns:
+            benchmark name (``counterfact``, ``bake``, ``script``, ``multiple_choice``, ``world``) -> file path.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        contents = {
+            "counterfact": self.counterfact_records(n),
+            "bake": self.bake_records(n),
+            "script": self.script_records(n),
+            "multiple_choice": self.multiple_choice_records(n),
+        }
+        paths = {name: directory / file for name, file in BENCHMARK_FILES.items()}
+        contents["world"] = {
+            "seed": self.seed,
+            "entities": self.entities,
+            "facts": [{**fact._asdict(), "direction_in_training": self.direction(fact)} for fact in self.facts],
+        }
+        paths["world"] = directory / "world.json"
+        for name, path in paths.items():
+            path.write_text(json.dumps(contents[name], indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        return paths
+
+    # Helpers ---------------------------------------------------------------------------------------------------
+
+    def _rng(self, purpose: str) -> random.Random:
+        """A generator for one benchmark, so that each file does not depend on which others were drawn."""
+        return random.Random(f"{self.seed}:{purpose}")
+
+    def _sharing(self, fact: Fact, obj: str, rng: random.Random) -> list[Fact]:
+        """Up to :data:`NEIGHBOURS` facts of other subjects with object ``obj``: of the same relation if any."""
+        others = [f for f in self.facts if f.object == obj and f.subject != fact.subject]
+        same = [f for f in others if f.relation == fact.relation]
+        chosen = same or others
+        return rng.sample(chosen, min(NEIGHBOURS, len(chosen)))
+
+    def _sample(self, n: int, rng: random.Random, invertible: bool = False) -> list[Fact]:
+        """``n`` facts (all if fewer) that have a neighbour, optionally of one-to-one relations only."""
+        objects = defaultdict(set)
+        for f in self.facts:
+            objects[f.object].add(f.subject)
+        eligible = [
+            f
+            for f in self.facts
+            if objects[f.object] - {f.subject} and (self.relations[f.relation].invertible or not invertible)
+        ]
+        return rng.sample(eligible, min(n, len(eligible)))
+
+    def _target_new(self, fact: Fact, rng: random.Random) -> str:
+        """A counterfactual object: another object the relation has, so that some subject truly has it."""
+        return rng.choice(sorted({f.object for f in self.facts_of(fact.relation)} - {fact.object}))
+
+    def _prompt(self, fact: Fact, relation: str, template: str) -> str:
+        """A neighbour's prompt: in ``template`` if it is of ``relation``, else in its relation's first template."""
+        return fill(template if fact.relation == relation else self.relations[fact.relation].forward[0], fact.subject)
+
+    def _rome_record(self, fact: Fact, rng: random.Random) -> dict:
+        """The ROME-format fields (all but ``case_id``) of an edit of ``fact``."""
+        relation = self.relations[fact.relation]
+        template = rng.choice(relation.forward)
+        new = self._target_new(fact, rng)
+        neighbours, attributes = self._sharing(fact, fact.object, rng), self._sharing(fact, new, rng)
+        return {
+            "requested_rewrite": {
+                "prompt": template,
+                "subject": fact.subject,
+                "relation_id": relation.name,
+                "target_new": {"str": new},
+                "target_true": {"str": fact.object},
+            },
+            "paraphrase_prompts": [fill(other, fact.subject) for other in relation.forward if other != template],
+            "neighborhood_prompts": [self._prompt(f, relation.name, template) for f in neighbours],
+            "attribute_prompts": [self._prompt(f, relation.name, template) for f in attributes],
+            "generation_prompts": [script.question.format(subject=fact.subject) for script in relation.scripts],
+        }
+
+
+def _multiple_choice(question: str, options: list[str], answer: str, rng: random.Random) -> dict:
+    """A question with the options under letters A-E in random order, and the letter of ``answer``."""
+    choices = dict(zip(LETTERS, rng.sample(options, len(options))))
+    return {"question": question, "choices": choices, "answer": next(k for k, v in choices.items() if v == answer)}
