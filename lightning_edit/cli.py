@@ -15,12 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from lightning import LightningDataModule, LightningModule
 from lightning.pytorch.cli import ArgsType, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 import lightning_edit.data  # noqa: F401  (registers the benchmarks for short names)
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
-from lightning_edit.data.base import EditDataModule
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.results import markdown_table, write_results
 
@@ -35,7 +35,7 @@ class EditCLI(LightningCLI):
         self._report()
 
     def _report(self) -> None:
-        if not self.trainer.is_global_zero:
+        if not (self.trainer.is_global_zero and isinstance(self.model, EditorModule)):
             return
         config = yaml.safe_load(self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False))
         counts = {"cases": len(self.datamodule.cases), "skipped_records": self.datamodule.skipped}
@@ -47,8 +47,8 @@ class EditCLI(LightningCLI):
 def build_cli(args: ArgsType = None) -> EditCLI:
     """Parse ``args`` (or the command line), run the subcommand and return the CLI object (for tests, notebooks)."""
     return EditCLI(
-        EditorModule,
-        EditDataModule,
+        LightningModule,  # editors (EditorModule) and trainable modules (toy pretraining, MEND)
+        LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
         save_config_kwargs={"overwrite": True},
