@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 import math
 import platform
 import subprocess
@@ -84,3 +85,22 @@ def write_results(
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     (directory / "results.md").write_text(markdown_table(metrics) + "\n")
     return path
+
+
+def save_edited_model(model, tokenizer, directory: str | Path, cases: list, editor: str, hparams: Any) -> Path:
+    """Save an edited model (safetensors) and its tokenizer, with ``edits.json``: which edits it holds."""
+    directory = Path(directory)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    record = {
+        "editor": editor,
+        "hparams": json.loads(json.dumps(dict(hparams), default=str)),
+        "edits": [
+            {"case_id": case.case_id, "source": case.source, "requests": [asdict(r) for r in case.requests]}
+            for case in cases
+        ],
+        "versions": package_versions(),
+        "git_hash": git_hash(),
+    }
+    (directory / "edits.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return directory

@@ -180,5 +180,9 @@ class EditDataModule(LightningDataModule, ABC):
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.cases, batch_size=self.batch_size, shuffle=False, collate_fn=list)
 
+    def train_dataloader(self) -> DataLoader:
+        """The cases a closed-form editor applies in ``fit`` (in file order)."""
+        return self.val_dataloader()
+
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()

@@ -11,6 +11,10 @@ and how it changes them (:meth:`apply_edits`). The base class runs the protocol:
   evaluate" protocol), and, for each n in ``eval_at``, the first n cases are also scored right after the n-th
   edit (reported as ``<metric>@<n>``, the retention curve). The weights are restored after the run.
 
+``fit`` applies every case of the benchmark (as the sequential protocol does, ``edit_batch_size`` per call) in
+``on_fit_start`` and saves the edited model (safetensors) with ``edits.json``, the record of the edits it holds, to
+``output_dir``; no training step runs. Trainable editors (MEND) override this with an ordinary training loop.
+
 Locality (``agreement``) metrics compare with the model before any edit of the run. Scores feed
 :class:`~lightning_edit.metrics.PromptMean` metrics keyed by case id, computed (and synced over processes) at the
 end of the epoch into :attr:`EditorModule.results`.
@@ -21,6 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -32,6 +37,7 @@ from lightning_edit.evaluation import CaseScorer, Reference, Scores, ScoringConf
 from lightning_edit.metrics import CONVENTIONS, PromptMean
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.models.snapshot import WeightSnapshot
+from lightning_edit.results import save_edited_model
 
 
 class EditorModule(LightningModule, ABC):
@@ -44,6 +50,7 @@ class EditorModule(LightningModule, ABC):
         edit_batch_size: sequential protocol: cases applied per editor call.
         eval_at: sequential protocol: also score the first n cases right after the n-th edit, for each n.
         scoring: how evaluation prompts are scored (batch size, chat template, generation settings).
+        output_dir: where ``fit`` saves the edited model; default ``<log dir>/edited_model``.
     """
 
     #: False for methods that never change weights (the baseline, in-context editors): cases are then scored together.
@@ -56,6 +63,7 @@ class EditorModule(LightningModule, ABC):
         edit_batch_size: int = 1,
         eval_at: list[int] | None = None,
         scoring: ScoringConfig | None = None,
+        output_dir: str | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -65,6 +73,7 @@ class EditorModule(LightningModule, ABC):
         self.model.requires_grad_(False)
         self.protocol, self.edit_batch_size, self.eval_at = protocol, edit_batch_size, sorted(eval_at or [])
         self.scoring = scoring or ScoringConfig()
+        self.output_dir = output_dir
         self.metrics = nn.ModuleDict()
         self.metric_kinds: dict[str, str] = {}
         self.results: dict[str, dict[str, Any]] = {}
@@ -108,6 +117,24 @@ class EditorModule(LightningModule, ABC):
             for n in self.eval_at:
                 if start < n <= start + len(chunk):
                     self._update_metrics(scorer.score(cases[:n], reference), suffix=f"@{n}")
+
+    def on_fit_start(self) -> None:
+        """Closed-form editing: apply every training case, save the edited model, and end the fit."""
+        cases = list(self.trainer.datamodule.train_dataloader().dataset)  # every case, on every process
+        for start in range(0, len(cases), self.edit_batch_size):
+            self.apply_edits(self._requests(cases[start : start + self.edit_batch_size]))
+        if self.trainer.is_global_zero:
+            log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+            directory = Path(self.output_dir) if self.output_dir else log_dir / "edited_model"
+            save_edited_model(self.model, self.tokenizer, directory, cases, type(self).__name__, self.hparams)
+        self.trainer.should_stop = True
+        self.trainer.num_sanity_val_steps = 0  # nothing to sanity-check: validation is its own run
+
+    def training_step(self, batch: list[EditCase], batch_idx: int) -> None:
+        raise RuntimeError(f"{type(self).__name__} edits in closed form in on_fit_start; it has no training step")
+
+    def configure_optimizers(self) -> None:
+        return None  # nothing is trained
 
     def on_validation_start(self) -> None:
         if self.protocol == "sequential":

@@ -1,4 +1,6 @@
-"""The editor base class: the single protocol applies each case, scores it, and restores the weights exactly."""
+"""The editor base class: protocols apply cases, score them, and restore the weights exactly; fit saves edits."""
+
+import json
 
 import pytest
 import torch
@@ -7,7 +9,7 @@ from lightning import Trainer
 from lightning_edit.data import CounterFact
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import EditorModule, NoEdit
-from lightning_edit.models.loading import ModelSource
+from lightning_edit.models.loading import ModelSource, load_model
 
 EDITED = "transformer.h.1.mlp.c_proj.weight"
 
@@ -15,8 +17,8 @@ EDITED = "transformer.h.1.mlp.c_proj.weight"
 class ScaleEditor(EditorModule):
     """A stand-in for a weight editor: scales one MLP projection per request, and records what it saw."""
 
-    def __init__(self, lm: ModelSource, factor: float = 3.0, **protocol):
-        super().__init__(lm, **protocol)
+    def __init__(self, lm: ModelSource, factor: float = 3.0, **options):
+        super().__init__(lm, **options)
         self.factor = factor
         self.seen: list[list[str]] = []
         self.norms: list[float] = []  # norm of the edited weight after each apply_edits
@@ -95,3 +97,17 @@ def test_sequential_protocol_accumulates_edits_then_evaluates_and_restores():
 def test_eval_at_needs_the_sequential_protocol():
     with pytest.raises(ValueError, match="needs protocol='sequential'"):
         NoEdit(ModelSource("builtin:models/tiny-gpt2"), eval_at=[10])
+
+
+def test_fit_applies_every_case_and_saves_the_edited_model(tmp_path):
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), edit_batch_size=2, output_dir=str(tmp_path / "out"))
+    before = editor.model.get_parameter(EDITED).detach().clone()
+    data = CounterFact("builtin:data/counterfact-flat.json", limit=3)
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, max_epochs=5)
+    trainer.fit(editor, datamodule=data)
+    assert [len(subjects) for subjects in editor.seen] == [2, 1] and trainer.global_step == 0
+    saved = load_model(ModelSource(str(tmp_path / "out")))
+    assert torch.equal(saved.get_parameter(EDITED), before * 3 * 3)  # two editor calls, x3 each, held by the saved model
+    record = json.loads((tmp_path / "out" / "edits.json").read_text())
+    assert record["editor"] == "ScaleEditor" and [e["case_id"] for e in record["edits"]] == [c.case_id for c in data.cases]
+    assert record["edits"][0]["requests"][0]["subject"] == data.cases[0].requests[0].subject
