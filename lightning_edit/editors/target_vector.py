@@ -1,0 +1,359 @@
+"""Target vector optimisation of the locate-then-edit family: ROME's v* and MEMIT/AlphaEdit's z (§1.4).
+
+For each request i a vector δ_i is added to the output hidden state of one module at the fact token of every
+prompt of that request: ROME injects at the MLP output of the edited layer l (v* = m⁰ + δ, §2 step 3),
+MEMIT/AlphaEdit at the block output (residual stream) of the last edited layer L (z = h⁰ + δ, §3 step 1, §4).
+δ_i minimises, with the model frozen (Adam on δ only)::
+
+    L_i(δ) = mean_j [ −(1/T) Σ_t log P_δ(o_t | p_j ⊕ o_<t) ]                 rewriting prompts p_j = templates
+             + kl_factor · mean_k KL( P_δ(· | s_k) ‖ P_0(· | s_k) )          KL prompts s_k = "{subject} is a",
+                                                                              at the fact token (0 at step 0)
+             + v_weight_decay · ‖δ‖₂ / ‖m⁰‖₂²                                 (not squared: kmeng01/rome PR #4)
+
+and after each Adam step δ_i is projected onto the ball ‖δ_i‖ ≤ clamp_norm_factor · ‖m⁰_i‖. A request stops (and
+its δ stops changing) as soon as L_i < early_stop_loss; the last iteration only evaluates. Several requests run in
+one right-padded batch with one leaf tensor δ_i each and Adam's element-wise state, so a batched run reproduces
+one-by-one runs (§13.9). m⁰_i is the module output at the fact token of the bare ``"{}"`` prompt, read on the first
+forward (before δ is added).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from lightning_edit.data.schema import EditRequest
+from lightning_edit.editors.locate import FactToken, Templates, encode_fact_prompt, fill, template_groups
+from lightning_edit.models.hooks import Trace
+from lightning_edit.models.registry import ModelArchitecture, resolve_architecture
+from lightning_edit.models.tokenization import encode_prompt_target, pad
+
+
+@dataclass(frozen=True)
+class TargetOptimization:
+    """Hyper-parameters of the v*/z optimisation; defaults are ROME's for gpt2-xl (§12.1).
+
+    Attributes:
+        v_num_grad_steps: iterations (forward passes); at most ``v_num_grad_steps - 1`` Adam steps are taken
+            because the last iteration only evaluates. 20 (ROME/MEMIT gpt2-xl), 25 (LLaMA/Qwen, GPT-J MEMIT).
+        v_lr: Adam learning rate on δ. 0.5 (0.1 for LLaMA-3 MEMIT/AlphaEdit).
+        v_loss_layer: layer whose residual stream gives the logits of the loss (final norm + unembedding);
+            ``None`` = the last layer, i.e. the model's own logits (ROME and every reference config).
+        v_weight_decay: factor of ‖δ‖ / ‖m⁰‖² in the loss. 0.5 (1e-3 in the EasyEdit LLaMA/Qwen configs).
+        clamp_norm_factor: δ is kept in the ball ‖δ‖ ≤ clamp_norm_factor·‖m⁰‖. 4 (ROME), 0.75 (MEMIT/AlphaEdit).
+        kl_factor: weight of the KL ("essence") term. 0.0625.
+        kl_prompts: templates of the KL prompts, filled with the subject (MEMIT-CSK: ``"{} is a:"``).
+        early_stop_loss: a request stops once its total loss is below this (ROME/MEMIT: 5e-2).
+        fact_token: where δ is injected and the KL distribution read (see ``fact_token_index``).
+    """
+
+    v_num_grad_steps: int = 20
+    v_lr: float = 0.5
+    v_loss_layer: int | None = None
+    v_weight_decay: float = 0.5
+    clamp_norm_factor: float = 4.0
+    kl_factor: float = 0.0625
+    kl_prompts: tuple[str, ...] = ("{} is a",)
+    early_stop_loss: float = 5e-2
+    fact_token: FactToken = "subject_last"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """Per-request loss terms of one iteration, each (n,), measured with the δ of that iteration."""
+
+    nll: Tensor
+    kl: Tensor
+    weight_decay: Tensor
+    loss: Tensor
+    delta_norm: Tensor
+    active: Tensor  # bool: the request had not stopped before this iteration
+
+
+@dataclass(frozen=True)
+class TargetVectors:
+    """Result of :func:`optimize_target_vectors`, one row per request.
+
+    Attributes:
+        targets: (n, d) the target vectors m⁰ + δ (ROME's v*, MEMIT's z).
+        init: (n, d) m⁰ (``target_init``), the unedited activation at the fact token of the bare prompt.
+        deltas: (n, d) δ.
+        nll: (n,) mean NLL of target_new over the rewriting prompts with the returned δ.
+        loss: (n,) total loss with the returned δ.
+        steps: (n,) number of Adam steps taken.
+        history: one :class:`StepRecord` per iteration (all requests).
+    """
+
+    targets: Tensor
+    init: Tensor
+    deltas: Tensor
+    nll: Tensor
+    loss: Tensor
+    steps: Tensor
+    history: list[StepRecord] = field(default_factory=list, repr=False)
+
+
+@dataclass
+class _Batch:
+    """The prompts of all requests in one right-padded batch and where to read/write in it."""
+
+    input_ids: Tensor  # (B, L)
+    attention_mask: Tensor  # (B, L)
+    position_ids: Tensor  # (B, L)
+    fact_rows: Tensor  # (B,) every row gets δ of its request at its fact position
+    fact_positions: Tensor  # (B,)
+    fact_owners: Tensor  # (B,) request index of each row
+    first_rows: Tensor  # (n,) row of each request's bare prompt (m⁰ is read there)
+    target_rows: Tensor  # (ΣT,) row / position / token of every target token (teacher forcing)
+    target_positions: Tensor  # (ΣT,)
+    target_tokens: Tensor  # (ΣT,)
+    target_prompt: Tensor  # (ΣT,) rewriting-prompt index of each target token
+    prompt_lengths: Tensor  # (P,) target length T_j of each rewriting prompt
+    prompt_owners: Tensor  # (P,) request index of each rewriting prompt
+    kl_rows: Tensor  # (n·K,) row / position of every KL prompt's fact token, and its request
+    kl_positions: Tensor  # (n·K,)
+    kl_owners: Tensor  # (n·K,)
+
+
+def _build_batch(
+    tokenizer: PreTrainedTokenizerBase,
+    requests: Sequence[EditRequest],
+    templates: list[str],
+    config: TargetOptimization,
+    device: torch.device,
+) -> _Batch:
+    sequences: list[list[int]] = []
+    fact_positions: list[int] = []
+    fact_owners: list[int] = []
+    first_rows: list[int] = []
+    targets: dict[str, list[int]] = {"rows": [], "positions": [], "tokens": [], "prompt": []}
+    prompt_lengths: list[int] = []
+    prompt_owners: list[int] = []
+    for i, request in enumerate(requests):
+        first_rows.append(len(sequences))
+        for template in templates:
+            filled = fill(template, request)
+            text, ids, index = encode_fact_prompt(tokenizer, filled, request.subject, config.fact_token)
+            prompt_ids, target_ids = encode_prompt_target(tokenizer, text, request.target_new)
+            if prompt_ids != ids:
+                raise RuntimeError(f"inconsistent prompt tokenization of {text!r}")
+            row, prompt = len(sequences), len(prompt_lengths)
+            sequences.append(prompt_ids + target_ids[:-1])  # the last target token is never an input
+            fact_positions.append(index)
+            fact_owners.append(i)
+            first = len(prompt_ids) - 1  # the position that predicts the first target token
+            targets["rows"] += [row] * len(target_ids)
+            targets["positions"] += range(first, first + len(target_ids))
+            targets["tokens"] += target_ids
+            targets["prompt"] += [prompt] * len(target_ids)
+            prompt_lengths.append(len(target_ids))
+            prompt_owners.append(i)
+    kl_rows: list[int] = []
+    kl_owners: list[int] = []
+    for i, request in enumerate(requests):
+        for template in config.kl_prompts:
+            _, ids, index = encode_fact_prompt(tokenizer, template, request.subject, config.fact_token)
+            kl_rows.append(len(sequences))
+            kl_owners.append(i)
+            sequences.append(ids)
+            fact_positions.append(index)
+            fact_owners.append(i)
+    input_ids, attention_mask, position_ids = pad(sequences, tokenizer.pad_token_id, "right")
+    kl_positions = [fact_positions[row] for row in kl_rows]
+
+    def t(values: Sequence[int]) -> Tensor:
+        return torch.tensor(list(values), dtype=torch.long, device=device)
+
+    return _Batch(
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        position_ids=position_ids.to(device),
+        fact_rows=t(range(len(sequences))),
+        fact_positions=t(fact_positions),
+        fact_owners=t(fact_owners),
+        first_rows=t(first_rows),
+        target_rows=t(targets["rows"]),
+        target_positions=t(targets["positions"]),
+        target_tokens=t(targets["tokens"]),
+        target_prompt=t(targets["prompt"]),
+        prompt_lengths=t(prompt_lengths),
+        prompt_owners=t(prompt_owners),
+        kl_rows=t(kl_rows),
+        kl_positions=t(kl_positions),
+        kl_owners=t(kl_owners),
+    )
+
+
+def _mean_by(values: Tensor, owners: Tensor, n: int) -> Tensor:
+    """(n,): mean of ``values`` (m,) over the entries of each owner."""
+    sums = torch.zeros(n, dtype=values.dtype, device=values.device).index_add(0, owners, values)
+    counts = torch.zeros(n, dtype=values.dtype, device=values.device).index_add(0, owners, torch.ones_like(values))
+    return sums / counts
+
+
+def optimize_target_vectors(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    requests: Sequence[EditRequest],
+    layer: int,
+    module: str,
+    templates: Templates,
+    config: TargetOptimization | None = None,
+) -> TargetVectors:
+    """Optimise one δ per request at the output of ``module`` (registry template) at ``layer`` (§1.4).
+
+    Args:
+        module: ``spec.mlp_out`` (ROME, v* at the edited layer) or ``spec.blocks`` (MEMIT/AlphaEdit, z at the last
+            edited layer); the output hidden state at the fact token gets δ.
+        templates: context templates; groups are flattened (every rewriting prompt counts once, as in the
+            reference code). The first template must be the bare ``"{}"``: m⁰ is read there.
+        config: hyper-parameters (ROME's defaults if None).
+
+    The model's parameters are frozen during the run (their ``requires_grad`` flags, training mode and values
+    are restored/unchanged afterwards) and every hook is removed.
+    """
+    config = config or TargetOptimization()
+    if config.v_num_grad_steps < 1:
+        raise ValueError("v_num_grad_steps must be at least 1")
+    if not requests:
+        raise ValueError("no requests")
+    flat = [t for group in template_groups(templates) for t in group]
+    if flat[0] != "{}":
+        raise ValueError(f"the first context template must be the bare '{{}}' (m⁰ is read there), got {flat[0]!r}")
+    arch = resolve_architecture(model)
+    loss_layer = arch.num_layers - 1 if config.v_loss_layer is None else config.v_loss_layer
+    if not layer <= loss_layer < arch.num_layers:
+        raise ValueError(f"v_loss_layer={loss_layer} must lie in [{layer}, {arch.num_layers})")
+    flags = [p.requires_grad for p in model.parameters()]
+    training = model.training
+    model.requires_grad_(False)
+    model.eval()
+    try:
+        with torch.enable_grad():
+            return _optimize(model, tokenizer, arch, requests, layer, module, flat, loss_layer, config)
+    finally:
+        for parameter, flag in zip(model.parameters(), flags):
+            parameter.requires_grad_(flag)
+        model.train(training)
+
+
+def _optimize(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    arch: ModelArchitecture,
+    requests: Sequence[EditRequest],
+    layer: int,
+    module: str,
+    templates: list[str],
+    loss_layer: int,
+    config: TargetOptimization,
+) -> TargetVectors:
+    n, d, device = len(requests), arch.hidden_size, model.device
+    dtype = torch.promote_types(model.dtype, torch.float32)  # δ and the losses in at least fp32 (§14)
+    batch = _build_batch(tokenizer, requests, templates, config, device)
+    inject_name = arch.layer_name(module, layer)
+    use_model_logits = loss_layer == arch.num_layers - 1
+    loss_name = arch.layer_name(arch.spec.blocks, loss_layer)
+    names = [inject_name] if use_model_logits else [inject_name, loss_name]
+
+    deltas = [torch.zeros(d, dtype=dtype, device=device, requires_grad=True) for _ in range(n)]  # n × (d,)
+    optimizer = torch.optim.Adam(deltas, lr=config.v_lr)  # element-wise state: batching does not couple requests
+    init: Tensor | None = None  # (n, d) m⁰
+    init_kl_logprobs: Tensor | None = None  # (n·K, V)
+
+    def inject(name: str, hidden: Tensor) -> Tensor:  # hidden (B, L, d)
+        nonlocal init
+        if name != inject_name:
+            return hidden
+        if init is None:
+            init = hidden[batch.first_rows, batch.fact_positions[batch.first_rows]].detach().to(dtype)  # (n, d)
+        values = torch.stack(deltas)[batch.fact_owners].to(hidden.dtype)  # (B, d)
+        return hidden.index_put((batch.fact_rows, batch.fact_positions), values, accumulate=True)
+
+    stop_after = None if use_model_logits else loss_name  # the loss layer's residual is all we need then
+
+    def logits_at(rows: Tensor, positions: Tensor) -> Tensor:  # (m, V) in fp32+
+        record = not use_model_logits
+        with Trace(model, names, outputs=record, edit_output=inject, stop_after=stop_after, detach=False) as trace:
+            output = model(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids,
+                use_cache=False,
+            )
+        if use_model_logits:
+            return output.logits[rows, positions].to(dtype)
+        residual = trace.outputs[loss_name][rows, positions]  # (m, d)
+        normed = arch.module(arch.spec.final_norm)(residual)
+        return arch.module(arch.spec.unembedding)(normed).to(dtype)
+
+    history: list[StepRecord] = []
+    active = torch.ones(n, dtype=torch.bool, device=device)
+    steps = torch.zeros(n, dtype=torch.long, device=device)
+    final_nll = torch.zeros(n, dtype=dtype, device=device)
+    final_loss = torch.zeros(n, dtype=dtype, device=device)
+    n_targets = batch.target_rows.numel()
+    for iteration in range(config.v_num_grad_steps):
+        rows = torch.cat([batch.target_rows, batch.kl_rows])
+        positions = torch.cat([batch.target_positions, batch.kl_positions])
+        logprobs = torch.log_softmax(logits_at(rows, positions), dim=-1)  # (ΣT + n·K, V)
+        assert init is not None
+        # NLL: per rewriting prompt sum_t −log p / T_j, then mean over the prompts of each request.
+        token_nll = -logprobs[:n_targets].gather(1, batch.target_tokens[:, None])[:, 0]  # (ΣT,)
+        prompt_nll = torch.zeros(len(batch.prompt_lengths), dtype=dtype, device=device)
+        prompt_nll = prompt_nll.index_add(0, batch.target_prompt, token_nll) / batch.prompt_lengths  # (P,)
+        nll = _mean_by(prompt_nll, batch.prompt_owners, n)  # (n,)
+        # KL(current ‖ initial) of the next-token distribution at the KL prompts' fact token; 0 at step 0.
+        kl_logprobs = logprobs[n_targets:]  # (n·K, V)
+        if init_kl_logprobs is None:
+            init_kl_logprobs = kl_logprobs.detach().clone()
+        kl_each = (kl_logprobs.exp() * (kl_logprobs - init_kl_logprobs)).sum(-1)  # (n·K,)
+        kl = _mean_by(kl_each, batch.kl_owners, n)  # (n,)
+        delta = torch.stack(deltas)  # (n, d)
+        weight_decay = config.v_weight_decay * delta.norm(dim=-1) / init.norm(dim=-1) ** 2  # (n,)
+        loss = nll + config.kl_factor * kl + weight_decay  # (n,)
+
+        with torch.no_grad():
+            history.append(
+                StepRecord(
+                    nll=nll.detach().cpu(),
+                    kl=kl.detach().cpu(),
+                    weight_decay=weight_decay.detach().cpu(),
+                    loss=loss.detach().cpu(),
+                    delta_norm=delta.detach().norm(dim=-1).cpu(),
+                    active=active.cpu(),
+                )
+            )
+            final_nll = torch.where(active, nll.detach(), final_nll)
+            final_loss = torch.where(active, loss.detach(), final_loss)
+            active = active & (loss.detach() >= config.early_stop_loss)
+        if not bool(active.any()) or iteration == config.v_num_grad_steps - 1:
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss[active].sum().backward()  # d loss_i / d δ_j = 0 for i ≠ j: rows of a batch are independent
+        for i in torch.nonzero(~active).flatten().tolist():
+            deltas[i].grad = None  # Adam skips parameters without a gradient: stopped requests stay put
+        optimizer.step()
+        with torch.no_grad():
+            for i in torch.nonzero(active).flatten().tolist():
+                max_norm = config.clamp_norm_factor * init[i].norm()
+                norm = deltas[i].norm()
+                if norm > max_norm:
+                    deltas[i].mul_(max_norm / norm)  # projection onto the ball ‖δ‖ ≤ clamp·‖m⁰‖
+        steps += active.long()
+
+    assert init is not None
+    delta = torch.stack(deltas).detach()  # (n, d)
+    return TargetVectors(
+        targets=init + delta,
+        init=init,
+        deltas=delta,
+        nll=final_nll,
+        loss=final_loss,
+        steps=steps,
+        history=history,
+    )

@@ -1,0 +1,50 @@
+"""Where an editor's key statistics come from: a small config that the editors take as one argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from lightning_edit.resources import resolve_path
+from lightning_edit.stats.cache import load_or_compute
+from lightning_edit.stats.second_moment import SecondMoment
+
+
+@dataclass
+class KeyStatistics:
+    """The corpus and sample of the key second moments ``C = E[k kᵀ]`` (computed once, cached on disk).
+
+    Args:
+        corpus: a ``.txt`` (one document per line) or ``.jsonl`` file, ``builtin:data/...``, or
+            ``hf:<dataset>[:<config>]`` (needs network and the ``datasets`` package). ROME/MEMIT used Wikipedia.
+        n_samples: documents used (ROME/MEMIT: 100,000).
+        max_length: tokens kept per document (None: the model's context, at most 4096).
+        batch_size: documents per forward pass.
+        cache_dir: the statistics cache (default ``$LIGHTNING_EDIT_CACHE`` or ``~/.cache/lightning_edit/stats``).
+    """
+
+    corpus: str | None = None
+    n_samples: int = 100_000
+    max_length: int | None = None
+    batch_size: int = 8
+    cache_dir: str | None = None
+
+    def second_moments(
+        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, layers: list[int]
+    ) -> dict[int, SecondMoment]:
+        """``{layer: SecondMoment}`` from the cache, or from one forward pass over the corpus."""
+        if self.corpus is None:
+            raise ValueError("this editor needs key statistics: set stats.corpus (a .txt/.jsonl file or hf:<name>)")
+        corpus = self.corpus if self.corpus.startswith("hf:") else str(resolve_path(self.corpus))
+        return load_or_compute(
+            model,
+            tokenizer,
+            corpus,
+            layers,
+            n_samples=self.n_samples,
+            max_length=self.max_length,
+            batch_size=self.batch_size,
+            cache_dir=self.cache_dir,
+        )

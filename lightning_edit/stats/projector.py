@@ -1,0 +1,76 @@
+"""On-disk cache of AlphaEdit's null-space projector ``(P, Û)`` of a layer's key statistics (docs §4, §14).
+
+Entries live at ``<stats cache>/projector/<id>.{safetensors,json}``; the id hashes the statistics' cache key (or,
+for statistics that did not come from the cache, a content hash of their sum and token count), the threshold τ and
+the name of the function that computed the projector. Same checksum/metadata discipline as the statistics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from lightning_edit.stats.cache import stats_cache_dir
+from lightning_edit.stats.second_moment import SecondMoment
+from lightning_edit.stats.store import canonical_sha256, read_entry, write_entry
+
+logger = logging.getLogger(__name__)
+
+ProjectorFn = Callable[[torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
+
+
+def statistics_key(moment: SecondMoment) -> str:
+    """The moment's cache key, or a content hash when it was not loaded from / written to the cache."""
+    if moment.cache_key is not None:
+        return moment.cache_key
+    digest = hashlib.sha256(moment.sum.detach().cpu().to(torch.float64).contiguous().numpy().tobytes())
+    digest.update(f"|{moment.n_tokens}".encode())
+    return f"content-{digest.hexdigest()}"
+
+
+def _default_projector(C: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    # Imported here: stats sits below editors in the package layers; only this default reaches up.
+    from lightning_edit.editors.solvers import nullspace_projector
+
+    return nullspace_projector(C, threshold)
+
+
+def load_or_compute_projector(
+    moment: SecondMoment,
+    threshold: float = 2e-2,
+    *,
+    cache_dir: str | Path | None = None,
+    compute: ProjectorFn | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(P, Û)`` for ``C = moment.mean()``: from the cache, or ``compute(C, threshold)`` and cached.
+
+    Args:
+        moment: A layer's key statistics (from :func:`~lightning_edit.stats.cache.load_or_compute`).
+        threshold: τ, eigenvalues of ``C`` below it span the null space (AlphaEdit ``nullspace_threshold``).
+        cache_dir: Statistics cache directory (default: see :func:`~lightning_edit.stats.cache.stats_cache_dir`).
+        compute: ``compute(C, threshold) -> (P (d, d), Û (d, r))``; default
+            :func:`lightning_edit.editors.solvers.nullspace_projector`.
+    """
+    compute = compute or _default_projector
+    d_in = moment.sum.shape[0]
+    identity = {
+        "kind": "nullspace_projector",
+        "statistics_key": statistics_key(moment),
+        "threshold": float(threshold),
+        "compute": f"{compute.__module__}.{compute.__qualname__}",
+    }
+    stem = stats_cache_dir(cache_dir) / "projector" / canonical_sha256(identity)[:40]
+    entry = read_entry(stem, identity)
+    if entry is not None:
+        tensors, _ = entry
+        P, U = tensors.get("P"), tensors.get("U")
+        if P is not None and U is not None and P.shape == (d_in, d_in) and U.ndim == 2 and U.shape[0] == d_in:
+            return P, U
+        logger.warning("ignoring projector cache entry %s (will recompute): unexpected tensors", stem)
+    P, U = compute(moment.mean(), threshold)
+    write_entry(stem, {"P": P, "U": U}, {**identity, "rank": int(U.shape[1]), "d_in": d_in})
+    return P.cpu(), U.cpu()
