@@ -1,6 +1,9 @@
 """Editing methods as LightningModules."""
 
+from lightning_edit.editors.alphaedit import AlphaEdit
 from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.memit import MEMIT
 from lightning_edit.editors.no_edit import NoEdit
+from lightning_edit.editors.rome import ROME
 
-__all__ = ["EditorModule", "NoEdit"]
+__all__ = ["AlphaEdit", "EditorModule", "MEMIT", "NoEdit", "ROME"]

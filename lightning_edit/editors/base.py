@@ -87,13 +87,19 @@ class EditorModule(LightningModule, ABC):
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """Write the requests into ``self.model`` in place."""
 
+    def on_edits_restored(self) -> None:
+        """Called after the protocol restored the weights: forget state that belongs to the undone edits."""
+
     @contextmanager
     def edits_applied(self, requests: list[EditRequest]) -> Iterator[None]:
         """The requests applied for the duration of the block; the edited parameters are restored afterwards."""
         names = self.edited_parameters(requests) if self.edits_weights else []
-        with WeightSnapshot(self.model, names) if names else nullcontext():
-            self.apply_edits(requests)
-            yield
+        try:
+            with WeightSnapshot(self.model, names) if names else nullcontext():
+                self.apply_edits(requests)
+                yield
+        finally:
+            self.on_edits_restored()
 
     def transfer_batch_to_device(self, batch: list[EditCase], device: torch.device, dataloader_idx: int) -> list:
         return batch  # edit cases hold text; the scorer tokenizes onto the model's device
@@ -182,6 +188,7 @@ class EditorModule(LightningModule, ABC):
             metric.reset()
         if self._sequential is not None:
             self._sequential[0].restore()
+            self.on_edits_restored()
             self._sequential = None
 
     def on_test_epoch_end(self) -> None:

@@ -1,0 +1,111 @@
+"""MEMIT (Meng et al., 2023, "Mass-Editing Memory in a Transformer"): a batch of edits spread over several layers.
+
+For a batch of n requests (algorithms.md §3):
+
+1. z_i = h⁰_i + δ_i, the residual stream at the fact token of the last edited layer L that makes the model say
+   ``target_new`` (§1.4); Z = [z_1 … z_n] (d, n);
+2. for the edited layers l_1 < … < l_m in order (index i), on the model as edited so far: keys K_l (d_in, n),
+   current residuals H (d, n) at L, R_l = (Z − H)/(m − i), and ΔW_l solving ΔW_l (λC_l + K_l K_lᵀ) = R_l K_lᵀ
+   (paper eq. 14), written at once so the next layer sees it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lightning_edit.data.schema import EditRequest
+from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.locate import (
+    MEMIT_TEMPLATE_LENGTHS,
+    ContextTemplateCache,
+    FactToken,
+    bare_and_prefixed,
+    compute_keys,
+    fact_token_activations,
+)
+from lightning_edit.editors.solvers import CovarianceFactor, memit_layer_residual, memit_update
+from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
+from lightning_edit.models.loading import ModelSource
+from lightning_edit.models.registry import from_linear, resolve_architecture
+from lightning_edit.stats.config import KeyStatistics
+
+
+class MEMIT(EditorModule):
+    """Mass-Editing Memory in a Transformer.
+
+    Args:
+        lm: the causal language model to edit.
+        layers: the edited layers (gpt2-xl 13-17, GPT-J 3-8, LLaMA/Qwen 4-8).
+        fact_token: where keys are read and δ injected.
+        mom2_update_weight: λ, the weight of the preserved keys' covariance (gpt2-xl 20000, others 15000).
+        stats: the corpus of the key statistics.
+        target: the z optimisation hyper-parameters (MEMIT: clamp_norm_factor 0.75).
+        template_lengths: context templates as (total tokens, count) pairs (MEMIT: [[10, 5]]).
+        template_seed: seed of the context-template generation.
+        **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (see EditorModule).
+    """
+
+    def __init__(
+        self,
+        lm: ModelSource,
+        layers: list[int] | None = None,
+        fact_token: FactToken = "subject_last",
+        mom2_update_weight: float = 15000.0,
+        stats: KeyStatistics | None = None,
+        target: TargetOptimization | None = None,
+        template_lengths: list[tuple[int, int]] | None = None,
+        template_seed: int = 0,
+        **kwargs,
+    ):
+        super().__init__(lm, **kwargs)
+        self.arch = resolve_architecture(self.model)
+        self.layers = sorted(layers if layers is not None else range(4, 9))
+        self.fact_token, self.mom2_update_weight = fact_token, mom2_update_weight
+        self.stats = stats or KeyStatistics()
+        self.target = target or TargetOptimization(clamp_norm_factor=0.75, fact_token=fact_token)
+        self.template_lengths = tuple(map(tuple, template_lengths or MEMIT_TEMPLATE_LENGTHS))
+        self.template_seed = template_seed
+        self.templates = ContextTemplateCache()
+        self._covariances: dict[int, CovarianceFactor] = {}
+        self.weight_names = [f"{self.arch.layer_name(self.arch.spec.mlp_out, layer)}.weight" for layer in self.layers]
+
+    def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
+        return self.weight_names
+
+    def prepare_statistics(self) -> None:
+        """Load (or compute) the key statistics of every edited layer, from the unedited model."""
+        if not self._covariances:
+            moments = self.stats.second_moments(self.model, self.tokenizer, self.layers)
+            self._covariances = {layer: CovarianceFactor(moments[layer].mean()) for layer in self.layers}
+
+    def solve(self, layer: int, K: Tensor, R: Tensor) -> Tensor:
+        """ΔW_l (d_out, d_in) for keys K (d_in, n) and residuals R (d_out, n)."""
+        return memit_update(self._covariances[layer], K, R, self.mom2_update_weight)
+
+    def after_batch(self, requests: list[EditRequest], templates: list[list[str]]) -> None:
+        """Bookkeeping once a batch is written (AlphaEdit accumulates its keys here)."""
+
+    def apply_edits(self, requests: list[EditRequest]) -> None:
+        """Write the requests as one batch (the sequential protocol calls this once per edit batch)."""
+        self.prepare_statistics()
+        flat = self.templates.get(self.model, self.tokenizer, self.template_lengths, self.template_seed)
+        templates = bare_and_prefixed(flat)  # k̄ = ½·k(bare) + ½·mean(k(prefixed)) (§3)
+        last = self.layers[-1]
+        vectors = optimize_target_vectors(
+            self.model, self.tokenizer, requests, last, self.arch.spec.blocks, flat, self.target
+        )
+        Z = vectors.targets.double().T  # (d, n)
+        for i, layer in enumerate(self.layers):
+            K = compute_keys(self.model, self.tokenizer, requests, layer, templates, self.fact_token).double().T
+            H = fact_token_activations(
+                self.model, self.tokenizer, requests, self.arch.spec.blocks, last, ["{}"], self.fact_token
+            ).double().T  # (d, n) residual at the last edited layer, on the model edited so far
+            R = memit_layer_residual(Z, H, len(self.layers) - i)  # (d, n)
+            module = self.arch.module(self.arch.spec.mlp_out, layer)
+            layout = self.arch.weight_layout(module)
+            delta = self.solve(layer, K, R)  # (d_out, d_in)
+            with torch.no_grad():
+                module.weight += from_linear(delta.to(module.weight.dtype), layout)
+        self.after_batch(requests, templates)
+

@@ -1,0 +1,106 @@
+"""ROME (Meng et al., 2022, "Locating and Editing Factual Associations in GPT"): one rank-one update per fact.
+
+For each request, on the model as edited so far (algorithms.md §2):
+
+1. k̄ = mean over context templates of the key (input of the MLP output projection W of layer l) at the fact token;
+2. v* = m⁰ + δ, the MLP output at the fact token that makes the model say ``target_new`` (§1.4);
+3. ΔW = (v* − b − W k₀) (C⁻¹k̄)ᵀ / ((C⁻¹k̄)ᵀ k₀), so that (W + ΔW) k₀ + b = v* (paper eq. 2; C = I without
+   ``mom2_adjustment``).
+
+``key``: ``original`` uses k̄ for the direction and the bare-prompt key k₀ for the constraint, as the reference
+code does; ``prompt`` (r-ROME) uses k₀ throughout and ``prefix`` (r-ROME) k̄ throughout, with the target moved
+by the same δ. r-ROME's consistent key avoids the collapse of sequential ROME (Gupta et al., 2024).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from lightning_edit.data.schema import EditRequest
+from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.locate import ROME_TEMPLATE_LENGTHS, ContextTemplateCache, FactToken, compute_keys
+from lightning_edit.editors.solvers import CovarianceFactor, rome_update
+from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
+from lightning_edit.models.loading import ModelSource
+from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
+from lightning_edit.stats.config import KeyStatistics
+
+
+class ROME(EditorModule):
+    """Rank-One Model Editing of one MLP output projection.
+
+    Args:
+        lm: the causal language model to edit.
+        layer: the edited layer (gpt2-xl 17; GPT-J, LLaMA, Qwen 5).
+        fact_token: where keys are read and δ injected (``subject_last`` in every reference config).
+        mom2_adjustment: use the key statistics C (paper: true; EasyEdit's configs: false, i.e. C = I).
+        key: ``original`` (k̄ direction, k₀ constraint), or r-ROME's consistent ``prompt`` or ``prefix`` key.
+        stats: the corpus of the key statistics (needed with ``mom2_adjustment``).
+        target: the v* optimisation hyper-parameters (ROME defaults).
+        template_lengths: context templates as (total tokens, count) pairs (ROME: [[5, 10], [10, 10]]).
+        template_seed: seed of the context-template generation.
+        **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (see EditorModule).
+    """
+
+    def __init__(
+        self,
+        lm: ModelSource,
+        layer: int = 5,
+        fact_token: FactToken = "subject_last",
+        mom2_adjustment: bool = True,
+        key: Literal["original", "prompt", "prefix"] = "original",
+        stats: KeyStatistics | None = None,
+        target: TargetOptimization | None = None,
+        template_lengths: list[tuple[int, int]] | None = None,
+        template_seed: int = 0,
+        **kwargs,
+    ):
+        super().__init__(lm, **kwargs)
+        self.layer, self.fact_token, self.mom2_adjustment, self.key = layer, fact_token, mom2_adjustment, key
+        self.stats = stats or KeyStatistics()
+        self.target = target or TargetOptimization(fact_token=fact_token)
+        self.template_lengths = tuple(map(tuple, template_lengths or ROME_TEMPLATE_LENGTHS))
+        self.template_seed = template_seed
+        self.templates = ContextTemplateCache()
+        self.arch = resolve_architecture(self.model)
+        self.weight_name = f"{self.arch.layer_name(self.arch.spec.mlp_out, layer)}.weight"
+        self._covariance: CovarianceFactor | None = None
+
+    def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
+        return [self.weight_name]
+
+    def covariance(self) -> CovarianceFactor | None:
+        """C of the edited layer (Cholesky-factored once), from the unedited model; None without mom2."""
+        if self.mom2_adjustment and self._covariance is None:
+            moment = self.stats.second_moments(self.model, self.tokenizer, [self.layer])[self.layer]
+            self._covariance = CovarianceFactor(moment.mean())
+        return self._covariance
+
+    def apply_edits(self, requests: list[EditRequest]) -> None:
+        """ROME edits one fact at a time, each on the model as edited by the previous ones."""
+        covariance = self.covariance()  # before any weight changes: statistics describe the unedited model
+        for request in requests:
+            self._edit(request, covariance)
+
+    def _edit(self, request: EditRequest, covariance: CovarianceFactor | None) -> None:
+        templates = self.templates.get(self.model, self.tokenizer, self.template_lengths, self.template_seed)
+        module = self.arch.module(self.arch.spec.mlp_out, self.layer)
+        layout = self.arch.weight_layout(module)
+        W = to_linear(module.weight, layout)  # (d_out, d_in)
+        bias = module.bias.double() if module.bias is not None else 0.0
+        k_bar = compute_keys(self.model, self.tokenizer, [request], self.layer, templates, self.fact_token)[0]
+        k0 = compute_keys(self.model, self.tokenizer, [request], self.layer, ["{}"], self.fact_token)[0]
+        vectors = optimize_target_vectors(
+            self.model, self.tokenizer, [request], self.layer, self.arch.spec.mlp_out, templates, self.target
+        )
+        v_star = vectors.targets[0].double() - bias  # (d_out,) the projection's target without its bias
+        if self.key == "original":
+            delta = rome_update(covariance, k_bar, v_star, W, k0=k0)
+        elif self.key == "prompt":
+            delta = rome_update(covariance, k0, v_star, W)
+        else:  # prefix: the prefix-averaged output moved by the same δ
+            delta = rome_update(covariance, k_bar, W.double() @ k_bar.double() + vectors.deltas[0].double(), W)
+        with torch.no_grad():
+            module.weight += from_linear(delta.to(module.weight.dtype), layout)
