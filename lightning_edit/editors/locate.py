@@ -21,6 +21,7 @@ Tokenization goes through :mod:`lightning_edit.models.tokenization` only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -48,6 +49,21 @@ Templates = Sequence[str] | Sequence[Sequence[str]]
 
 # ----------------------------------------------------------------------------------------------------------------
 # Context templates (§1.2)
+
+
+@dataclass
+class EditSites:
+    """Where the locate-then-edit editors write, per model (a model preset sets these; methods read their own).
+
+    Args:
+        rome_layer: the layer ROME edits (gpt2-xl 17; GPT-J, LLaMA, Qwen 5).
+        memit_layers: the layers MEMIT and AlphaEdit edit (gpt2-xl 13-17, GPT-J 3-8, LLaMA/Qwen 4-8).
+        mom2_update_weight: MEMIT's λ, the weight of the preserved keys' covariance (gpt2-xl 20000, others 15000).
+    """
+
+    rome_layer: int = 5
+    memit_layers: list[int] = field(default_factory=lambda: [4, 5, 6, 7, 8])
+    mom2_update_weight: float = 15000.0
 
 
 def context_templates(

@@ -19,6 +19,7 @@ from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.locate import (
     MEMIT_TEMPLATE_LENGTHS,
     ContextTemplateCache,
+    EditSites,
     FactToken,
     bare_and_prefixed,
     compute_keys,
@@ -36,9 +37,8 @@ class MEMIT(EditorModule):
 
     Args:
         lm: the causal language model to edit.
-        layers: the edited layers (gpt2-xl 13-17, GPT-J 3-8, LLaMA/Qwen 4-8).
+        sites: where to edit: ``sites.memit_layers`` and λ = ``sites.mom2_update_weight`` (set by the model preset).
         fact_token: where keys are read and δ injected.
-        mom2_update_weight: λ, the weight of the preserved keys' covariance (gpt2-xl 20000, others 15000).
         stats: the corpus of the key statistics.
         target: the z optimisation hyper-parameters (MEMIT: clamp_norm_factor 0.75).
         template_lengths: context templates as (total tokens, count) pairs (MEMIT: [[10, 5]]).
@@ -49,9 +49,8 @@ class MEMIT(EditorModule):
     def __init__(
         self,
         lm: ModelSource,
-        layers: list[int] | None = None,
+        sites: EditSites | None = None,
         fact_token: FactToken = "subject_last",
-        mom2_update_weight: float = 15000.0,
         stats: KeyStatistics | None = None,
         target: TargetOptimization | None = None,
         template_lengths: list[tuple[int, int]] | None = None,
@@ -60,8 +59,9 @@ class MEMIT(EditorModule):
     ):
         super().__init__(lm, **kwargs)
         self.arch = resolve_architecture(self.model)
-        self.layers = sorted(layers if layers is not None else range(4, 9))
-        self.fact_token, self.mom2_update_weight = fact_token, mom2_update_weight
+        self.sites = sites or EditSites()
+        self.layers = sorted(self.sites.memit_layers)
+        self.fact_token, self.mom2_update_weight = fact_token, self.sites.mom2_update_weight
         self.stats = stats or KeyStatistics()
         self.target = target or TargetOptimization(clamp_norm_factor=0.75, fact_token=fact_token)
         self.template_lengths = tuple(map(tuple, template_lengths or MEMIT_TEMPLATE_LENGTHS))

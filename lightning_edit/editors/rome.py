@@ -20,7 +20,13 @@ import torch
 
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors.base import EditorModule
-from lightning_edit.editors.locate import ROME_TEMPLATE_LENGTHS, ContextTemplateCache, FactToken, compute_keys
+from lightning_edit.editors.locate import (
+    ROME_TEMPLATE_LENGTHS,
+    ContextTemplateCache,
+    EditSites,
+    FactToken,
+    compute_keys,
+)
 from lightning_edit.editors.solvers import CovarianceFactor, rome_update
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource
@@ -33,7 +39,7 @@ class ROME(EditorModule):
 
     Args:
         lm: the causal language model to edit.
-        layer: the edited layer (gpt2-xl 17; GPT-J, LLaMA, Qwen 5).
+        sites: where to edit; ROME edits ``sites.rome_layer`` (set by the model preset).
         fact_token: where keys are read and δ injected (``subject_last`` in every reference config).
         mom2_adjustment: use the key statistics C (paper: true; EasyEdit's configs: false, i.e. C = I).
         key: ``original`` (k̄ direction, k₀ constraint), or r-ROME's consistent ``prompt`` or ``prefix`` key.
@@ -47,7 +53,7 @@ class ROME(EditorModule):
     def __init__(
         self,
         lm: ModelSource,
-        layer: int = 5,
+        sites: EditSites | None = None,
         fact_token: FactToken = "subject_last",
         mom2_adjustment: bool = True,
         key: Literal["original", "prompt", "prefix"] = "original",
@@ -58,14 +64,16 @@ class ROME(EditorModule):
         **kwargs,
     ):
         super().__init__(lm, **kwargs)
-        self.layer, self.fact_token, self.mom2_adjustment, self.key = layer, fact_token, mom2_adjustment, key
+        self.sites = sites or EditSites()
+        self.layer = self.sites.rome_layer
+        self.fact_token, self.mom2_adjustment, self.key = fact_token, mom2_adjustment, key
         self.stats = stats or KeyStatistics()
         self.target = target or TargetOptimization(fact_token=fact_token)
         self.template_lengths = tuple(map(tuple, template_lengths or ROME_TEMPLATE_LENGTHS))
         self.template_seed = template_seed
         self.templates = ContextTemplateCache()
         self.arch = resolve_architecture(self.model)
-        self.weight_name = f"{self.arch.layer_name(self.arch.spec.mlp_out, layer)}.weight"
+        self.weight_name = f"{self.arch.layer_name(self.arch.spec.mlp_out, self.layer)}.weight"
         self._covariance: CovarianceFactor | None = None
 
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:

@@ -15,7 +15,7 @@ import torch
 from lightning_edit.cli import build_cli
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import MEMIT, ROME, AlphaEdit
-from lightning_edit.editors.locate import fact_token_activations
+from lightning_edit.editors.locate import EditSites, fact_token_activations
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource, load_model
 from lightning_edit.models.snapshot import WeightSnapshot
@@ -26,10 +26,10 @@ from lightning_edit.stats.config import KeyStatistics
 REQUEST = EditRequest("The capital of {}", "Brazil", "Paris", "Brasilia")
 STRONG = TargetOptimization(v_num_grad_steps=25, clamp_norm_factor=100.0, v_weight_decay=0.0, kl_factor=0.0)
 EDITORS = [
-    (ROME, {"layer": 1}),
-    (ROME, {"layer": 1, "key": "prompt"}),
-    (MEMIT, {"layers": [0, 1]}),
-    (AlphaEdit, {"layers": [0, 1], "nullspace_threshold": 0.5, "l2": 1e-3}),
+    (ROME, {}),
+    (ROME, {"key": "prompt"}),
+    (MEMIT, {}),
+    (AlphaEdit, {"nullspace_threshold": 0.5, "l2": 1e-3}),
 ]
 
 
@@ -46,7 +46,8 @@ def stats(corpus, tmp_path) -> KeyStatistics:
 
 
 def make(cls, kwargs, model_dir, stats):
-    return cls(ModelSource(str(model_dir)), stats=stats, target=STRONG, template_lengths=[[5, 3]], **kwargs)
+    sites = EditSites(rome_layer=1, memit_layers=[0, 1])
+    return cls(ModelSource(str(model_dir)), sites, stats=stats, target=STRONG, template_lengths=[[5, 3]], **kwargs)
 
 
 @pytest.mark.parametrize("cls, kwargs", EDITORS, ids=lambda v: getattr(v, "__name__", str(v)))
@@ -64,7 +65,7 @@ def test_edit_makes_the_target_the_greedy_next_token(tiny_model_dir, stats, cls,
 
 def test_rome_writes_v_star_at_the_bare_prompt_key(tiny_model_dir, stats):
     """(W + ΔW) k₀ + b = v*: after the edit the MLP output at the fact token of the bare prompt is v*."""
-    editor = make(ROME, {"layer": 1}, tiny_model_dir, stats)
+    editor = make(ROME, {}, tiny_model_dir, stats)
     spec = editor.arch.spec
     templates = editor.templates.get(editor.model, editor.tokenizer, editor.template_lengths, editor.template_seed)
     expected = optimize_target_vectors(
@@ -76,7 +77,7 @@ def test_rome_writes_v_star_at_the_bare_prompt_key(tiny_model_dir, stats):
 
 
 def test_alphaedit_accumulates_edited_keys_within_a_sequence_only(tiny_model_dir, stats):
-    editor = make(AlphaEdit, {"layers": [0, 1], "nullspace_threshold": 0.5}, tiny_model_dir, stats)
+    editor = make(AlphaEdit, {"nullspace_threshold": 0.5}, tiny_model_dir, stats)
     other = EditRequest("The capital of {}", "Chile", "Rome", "Santiago")
     editor.apply_edits([REQUEST])
     editor.apply_edits([other])
@@ -87,7 +88,7 @@ def test_alphaedit_accumulates_edited_keys_within_a_sequence_only(tiny_model_dir
 
 
 def test_memit_without_statistics_corpus_is_a_clear_error(tiny_model_dir):
-    editor = MEMIT(ModelSource(str(tiny_model_dir)), layers=[0, 1], template_lengths=[[5, 3]])
+    editor = MEMIT(ModelSource(str(tiny_model_dir)), EditSites(memit_layers=[0, 1]), template_lengths=[[5, 3]])
     with pytest.raises(ValueError, match="needs key statistics"):
         editor.apply_edits([REQUEST])
 
@@ -98,7 +99,7 @@ def test_validate_and_fit_through_the_cli(tmp_path, corpus, monkeypatch):
     common = [
         "--model=ROME",
         "--model.lm.path=builtin:models/tiny-gpt2",
-        "--model.layer=1",
+        "--model.sites.rome_layer=1",
         f"--model.stats.corpus={corpus}",
         "--model.stats.n_samples=60",
         f"--model.stats.cache_dir={tmp_path / 'cache'}",
