@@ -115,7 +115,9 @@ class RecordReader:
         if isinstance(value, dict):
             if not isinstance(value.get("str"), str):
                 raise self.error(field, 'expected a string or an object with a string "str"')
-            return value["str"]
+            value = value["str"]
+        if not value.strip():
+            raise self.error(field, "empty answer")
         return value
 
     def template(self, prompt_field: str, subject: str) -> str:

@@ -37,6 +37,7 @@ from lightning_edit.evaluation import CaseScorer, Reference, Scores, ScoringConf
 from lightning_edit.metrics import CONVENTIONS, PromptMean
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.models.snapshot import WeightSnapshot
+from lightning_edit.models.tokenization import encode_prompt_target
 from lightning_edit.results import save_edited_model
 
 
@@ -87,6 +88,17 @@ class EditorModule(LightningModule, ABC):
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """Write the requests into ``self.model`` in place."""
 
+    def check_cases(self, cases: list[EditCase]) -> None:
+        """Raise, naming the case, if a request cannot be edited; called on every case before any weight changes."""
+        for case in cases:
+            for request in case.requests:
+                if not request.subject.strip():
+                    raise ValueError(f"{case.source or case.case_id}: empty subject")
+                try:
+                    encode_prompt_target(self.tokenizer, request.filled_prompt, request.target_new)
+                except ValueError as error:
+                    raise ValueError(f"{case.source or case.case_id}: target_new: {error}") from None
+
     def on_edits_restored(self) -> None:
         """Called after the protocol restored the weights: forget state that belongs to the undone edits."""
 
@@ -127,6 +139,7 @@ class EditorModule(LightningModule, ABC):
     def on_fit_start(self) -> None:
         """Closed-form editing: apply every training case, save the edited model, and end the fit."""
         cases = list(self.trainer.datamodule.train_dataloader().dataset)  # every case, on every process
+        self.check_cases(cases)
         for start in range(0, len(cases), self.edit_batch_size):
             self.apply_edits(self._requests(cases[start : start + self.edit_batch_size]))
         if self.trainer.is_global_zero:
@@ -142,13 +155,16 @@ class EditorModule(LightningModule, ABC):
     def configure_optimizers(self) -> None:
         return None  # nothing is trained
 
-    def on_validation_start(self) -> None:
+    def _start(self, cases: list[EditCase]) -> None:
+        self.check_cases(cases)  # every case, on every process, before any weight changes
         if self.protocol == "sequential":
-            self._apply_sequentially(list(self.trainer.val_dataloaders.dataset))  # every case, on every process
+            self._apply_sequentially(cases)
+
+    def on_validation_start(self) -> None:
+        self._start(list(self.trainer.val_dataloaders.dataset))
 
     def on_test_start(self) -> None:
-        if self.protocol == "sequential":
-            self._apply_sequentially(list(self.trainer.test_dataloaders.dataset))
+        self._start(list(self.trainer.test_dataloaders.dataset))
 
     def validation_step(self, batch: list[EditCase], batch_idx: int) -> None:
         scorer = self._scorer()

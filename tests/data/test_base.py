@@ -150,3 +150,9 @@ def test_dataloader_yields_lists_of_cases(numbers_file: Path):
 def test_hyperparameters_saved(numbers_file: Path):
     dm = Numbers(str(numbers_file), limit=3, sample_seed=1, batch_size=2)
     assert dict(dm.hparams) == {"path": str(numbers_file), "limit": 3, "sample_seed": 1, "batch_size": 2}
+
+
+def test_an_empty_answer_names_file_record_and_field(tmp_path):
+    reader = RecordReader(tmp_path / "cf.json", 7, {"target_new": {"str": " "}})
+    with pytest.raises(DataFormatError, match=r"cf.json: record 7: field 'target_new': empty answer"):
+        reader.answer("target_new")

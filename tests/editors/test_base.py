@@ -111,3 +111,17 @@ def test_fit_applies_every_case_and_saves_the_edited_model(tmp_path):
     record = json.loads((tmp_path / "out" / "edits.json").read_text())
     assert record["editor"] == "ScaleEditor" and [e["case_id"] for e in record["edits"]] == [c.case_id for c in data.cases]
     assert record["edits"][0]["requests"][0]["subject"] == data.cases[0].requests[0].subject
+
+
+def test_a_case_that_cannot_be_edited_fails_before_any_weight_changes():
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="sequential")
+    before = editor.model.get_parameter(EDITED).detach().clone()
+    data = CounterFact("builtin:data/counterfact-flat.json", limit=3)
+    data.setup()
+    good, bad = data.cases[0], data.cases[2]
+    broken = type(bad)(bad.case_id, (EditRequest("{} is", bad.requests[0].subject, "  "),), bad.groups, "file.json#2")
+    data.cases = [good, data.cases[1], broken]
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
+    with pytest.raises(ValueError, match="file.json#2: target_new: empty target"):
+        trainer.validate(editor, datamodule=data, verbose=False)
+    assert editor.seen == [] and torch.equal(editor.model.get_parameter(EDITED), before)
