@@ -121,3 +121,6 @@ def test_validate_and_fit_through_the_cli(tmp_path, corpus, monkeypatch):
     edited, original = load_model(ModelSource(str(tmp_path / "edited"))), load_model(ModelSource("builtin:models/tiny-gpt2"))
     changed = [n for (n, p), q in zip(edited.named_parameters(), original.parameters()) if not torch.equal(p, q)]
     assert changed == ["transformer.h.1.mlp.c_proj.weight"]
+    (tmp_path / "results.json").unlink()
+    build_cli(["validate", "--model=NoEdit", f"--model.lm.path={tmp_path / 'edited'}", *common[8:]])
+    assert json.loads((tmp_path / "results.json").read_text())["metrics"]["ES"]["n_cases"] == 2  # validate loads it
