@@ -147,7 +147,8 @@ def memit_update(
       - ``"cholesky"``: ``adj = (λC + KKᵀ)⁻¹ K`` via a Cholesky factor of ``λC + KKᵀ``; ``ΔW = R adjᵀ``.
       - ``"woodbury"``: push-through identity (§13 item 14, §14), ``ΔW = R (I_n + Kᵀ(λC)⁻¹K)⁻¹ ((λC)⁻¹K)ᵀ``, which
         needs only ``n×n`` work when ``C`` comes as a cached :class:`CovarianceFactor`. Requires ``λ > 0``.
-      - ``"auto"``: Woodbury when ``λ > 0`` and ``4n ≤ d_in``, else the direct Cholesky solve.
+      - ``"auto"``: Woodbury when ``λ > 0``, ``C`` comes with its cached factor and ``2n ≤ d_in`` (measured on
+        CPU at d_in 2048: 17x faster at n = 1, 1.7x at n = 1000, slower from n ≈ d_in), else the direct solve.
 
     Args:
         C: key covariance ``(d_in, d_in)`` or its :class:`CovarianceFactor`.
@@ -161,7 +162,8 @@ def memit_update(
     R = _f64(R, K.device)  # (d_out, n)
     d_in, n = K.shape
     if method == "auto":
-        method = "woodbury" if lam > 0 and 4 * n <= d_in else "cholesky"
+        cached = isinstance(C, CovarianceFactor)
+        method = "woodbury" if lam > 0 and cached and 2 * n <= d_in else "cholesky"
     if method == "woodbury":
         if lam <= 0:
             raise ValueError("The Woodbury path needs lam > 0.")
