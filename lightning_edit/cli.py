@@ -2,8 +2,10 @@
 
     lightning-edit validate --model NoEdit --model.lm.path builtin:models/tiny-gpt2 \\
         --data CounterFact --data.path builtin:data/counterfact-flat.json --data.limit 50
-    lightning-edit validate --config configs/methods/no_edit.yaml --config configs/models/tiny-gpt2.yaml \\
-        --config configs/benchmarks/counterfact.yaml
+    lightning-edit validate --config configs/methods/rome.yaml --config configs/models/tiny-gpt2.yaml \\
+        --config configs/benchmarks/counterfact.yaml --model.stats.corpus <corpus>
+    # the same run unedited: switch the class; NoEdit keeps the arguments it accepts (lm, protocol, scoring)
+    lightning-edit validate --config ... --model NoEdit
 
 Config files merge left to right (method, then model preset, then benchmark); flags after them override.
 After ``validate`` (or ``test``) the run writes ``results.json`` and ``results.md`` to the trainer's log directory
@@ -20,7 +22,9 @@ from lightning.pytorch.cli import ArgsType, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 import lightning_edit.data  # noqa: F401  (registers the benchmarks for short names)
+import lightning_edit.data.toy_corpus  # noqa: F401  (ToyCorpus, the pretraining corpus)
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
+import lightning_edit.pretraining  # noqa: F401  (CausalLMPretraining)
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.results import markdown_table, write_results
 
