@@ -43,7 +43,7 @@ class AlphaEdit(MEMIT):
         if not self._bases:
             moments = self.stats.second_moments(self.model, self.tokenizer, self.layers)
             for layer in self.layers:
-                _, U = load_or_compute_projector(
+                U = load_or_compute_projector(
                     moments[layer], self.nullspace_threshold, cache_dir=self.stats.cache_dir, compute=nullspace_projector
                 )
                 self._bases[layer] = U

@@ -11,7 +11,7 @@ Example::
 
     stats = load_or_compute(model, tokenizer, "corpus.jsonl", layers=[3, 4, 5], n_samples=10_000)
     C = stats[5].mean()
-    P, U = load_or_compute_projector(stats[5], threshold=2e-2)
+    U = load_or_compute_projector(stats[5], threshold=2e-2)  # null-space basis; P = U @ U.T
 """
 
 from lightning_edit.stats.cache import CACHE_ENV, StatsKey, load_or_compute, stats_cache_dir

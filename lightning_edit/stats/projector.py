@@ -1,4 +1,7 @@
-"""On-disk cache of AlphaEdit's null-space projector ``(P, Û)`` of a layer's key statistics (docs §4, §14).
+"""On-disk cache of AlphaEdit's null-space basis ``Û`` of a layer's key statistics (docs §4, §14).
+
+Only ``Û`` (d_in × r) is stored: the projector is ``P = Û Ûᵀ`` and the reduced solve needs ``Û`` alone, while a
+stored ``P`` would cost d_in² floats per layer (1.6 GB at d_in 14336).
 
 Entries live at ``<stats cache>/projector/<id>.{safetensors,json}``; the id hashes the statistics' cache key (or,
 for statistics that did not come from the cache, a content hash of their sum and token count), the threshold τ and
@@ -45,8 +48,9 @@ def load_or_compute_projector(
     *,
     cache_dir: str | Path | None = None,
     compute: ProjectorFn | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(P, Û)`` for ``C = moment.mean()``: from the cache, or ``compute(C, threshold)`` and cached.
+) -> torch.Tensor:
+    """``Û (d_in, r)``, the null-space basis of ``C = moment.mean()`` (``P = Û Ûᵀ``): cached, or computed by
+    ``compute(C, threshold)`` and cached.
 
     Args:
         moment: A layer's key statistics (from :func:`~lightning_edit.stats.cache.load_or_compute`).
@@ -66,11 +70,10 @@ def load_or_compute_projector(
     stem = stats_cache_dir(cache_dir) / "projector" / canonical_sha256(identity)[:40]
     entry = read_entry(stem, identity)
     if entry is not None:
-        tensors, _ = entry
-        P, U = tensors.get("P"), tensors.get("U")
-        if P is not None and U is not None and P.shape == (d_in, d_in) and U.ndim == 2 and U.shape[0] == d_in:
-            return P, U
+        U = entry[0].get("U")
+        if U is not None and U.ndim == 2 and U.shape[0] == d_in:
+            return U
         logger.warning("ignoring projector cache entry %s (will recompute): unexpected tensors", stem)
-    P, U = compute(moment.mean(), threshold)
-    write_entry(stem, {"P": P, "U": U}, {**identity, "rank": int(U.shape[1]), "d_in": d_in})
-    return P.cpu(), U.cpu()
+    _, U = compute(moment.mean(), threshold)
+    write_entry(stem, {"U": U}, {**identity, "rank": int(U.shape[1]), "d_in": d_in})
+    return U.cpu()
