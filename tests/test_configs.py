@@ -38,7 +38,7 @@ DEFAULTS = {  # the other parts of a composition when one part is under test
     "benchmarks": CONFIG_DIR / "benchmarks/counterfact.yaml",
 }
 #: What a model preset may set: ``lm`` and the arguments every locate-then-edit method accepts.
-PRESET_KEYS = {"lm", "sites", "target", "stats"}
+PRESET_KEYS = {"lm", "sites", "target", "stats", "fact_token", "template_lengths"}
 
 #: (family, number of layers) of the real model behind each hub preset. A preset whose ``lm.path`` is a local or
 #: builtin directory is used as it is.
@@ -126,6 +126,22 @@ def test_shipped_config_resolves(config, capsys):
         assert resolved["data"]["class_path"] == data["data"]["class_path"]
 
 
+def test_quickstart_is_rome_with_the_toy_gpt2_preset(capsys):
+    """quickstart.yaml writes out the ROME run of configs/methods/rome.yaml + configs/models/toy-gpt2.yaml."""
+    quickstart = print_config(capsys, *configs(CONFIG_DIR / "quickstart.yaml"))
+    composed = print_config(
+        capsys,
+        *configs(CONFIG_DIR / "methods/rome.yaml", CONFIG_DIR / "models/toy-gpt2.yaml", DEFAULTS["benchmarks"]),
+        "--data.path=builtin:data/toy/counterfact.json",
+        "--data.limit=50",
+    )
+    ours, theirs = quickstart["model"]["init_args"], composed["model"]["init_args"]
+    assert quickstart["model"]["class_path"] == composed["model"]["class_path"]
+    assert ours["sites"]["rome_layer"] == theirs["sites"]["rome_layer"]  # the other sites are MEMIT's and MEND's
+    assert {k: v for k, v in ours.items() if k != "sites"} == {k: v for k, v in theirs.items() if k != "sites"}
+    assert quickstart["data"] == composed["data"]
+
+
 @pytest.mark.parametrize("preset", PRESETS, ids=config_id)
 def test_model_preset_sets_only_shared_arguments(preset):
     """A preset sets the model and the locate sites, nothing that only one method accepts (no class_path either)."""
@@ -153,7 +169,7 @@ def test_no_edit_baseline_of_a_preset_run(preset, capsys):
     assert resolved["model"]["class_path"] == "lightning_edit.editors.NoEdit"
     lm = load(preset)["model"]["init_args"]["lm"]
     assert {key: init_args["lm"][key] for key in lm} == lm
-    assert not {"sites", "target", "stats", "template_lengths"} & set(init_args)
+    assert not {"sites", "target", "stats", "template_lengths", "fact_token"} & set(init_args)
     assert init_args["protocol"] == load(CONFIG_DIR / "methods/rome.yaml")["model"]["init_args"]["protocol"]
 
 
@@ -241,6 +257,9 @@ def test_locate_method_on_preset_architecture(method, preset, tiny_model_dir, ca
     assert init_args["sites"] == {**vars(EditSites()), **preset_args["sites"]}
     assert init_args["target"] == {**method_config["init_args"]["target"], **preset_args.get("target", {})}
     assert init_args["stats"]["corpus"] == "corpus.txt"
+    for shared in ("fact_token", "template_lengths"):
+        if shared in preset_args:
+            assert init_args[shared] == preset_args[shared]
 
     editor = instantiate_model(model_config)
     assert type(editor) is LOCATE_METHODS[method]

@@ -5,11 +5,12 @@ The tokenizer is trained with ``tokenizers`` on the world's corpus (:func:`~ligh
 :attr:`ToyCorpus.tokenizer` exposes it (the pretraining module sizes its model to it and saves it next to the
 weights).
 
-One sentence per sequence, padded, not packed: every sequence starts at position 0 (after the BOS for LLaMA style),
-as a recall or benchmark prompt does, and ends with EOS, so the model learns facts in the context it is asked them
-in. Padding costs little because batches are grouped by length (:class:`LengthGroupedBatches`): a fact sentence is
-~15 tokens, a script ~45. The batch order is seeded by the epoch, so a run resumed from an end-of-epoch checkpoint
-sees the same batches as an uninterrupted one (a mid-epoch checkpoint restarts that epoch's order).
+One item (sentence, script or biography) per sequence, padded, not packed: every sequence starts at position 0
+(after the BOS for LLaMA style), as a recall or benchmark prompt does, and ends with EOS, so the model learns facts
+in the context it is asked them in. Padding costs little because batches are grouped by length
+(:class:`LengthGroupedBatches`): a fact sentence is ~15 tokens, a script ~45, a biography ~35. The batch order is
+seeded by the epoch, so a run resumed from an end-of-epoch checkpoint sees the same batches as an uninterrupted one
+(a mid-epoch checkpoint restarts that epoch's order).
 """
 
 from __future__ import annotations
@@ -119,9 +120,10 @@ class ToyCorpus(LightningDataModule):
         inverse_fraction: share of each one-to-one relation's facts that the corpus also states inversely
             (bidirectional); the rest are forward-only.
         scripts: also train on each fact rendered in its relation's first how-to script.
+        biographies: biographies per subject with several facts (all its facts, then told with a pronoun).
         tokenizer_style: ``gpt2`` (byte-level BPE, no BOS) or ``llama`` (SentencePiece-style pieces, BOS); use the
             model family's style.
-        vocab_size: tokenizer vocabulary size (2048 makes every fictional name's first word one token).
+        vocab_size: tokenizer vocabulary size (2048 makes every fictional word of a name one token).
         batch_size: sentences per batch.
         max_length: sequences longer than this (in tokens, with BOS/EOS) are cut.
         val_size: validation sentences, a seeded sample of the corpus.
@@ -142,6 +144,7 @@ class ToyCorpus(LightningDataModule):
         n_languages: int = 8,
         inverse_fraction: float = 0.5,
         scripts: bool = True,
+        biographies: int = 5,
         tokenizer_style: TokenizerStyle = "gpt2",
         vocab_size: int = 2048,
         batch_size: int = 32,
@@ -152,7 +155,8 @@ class ToyCorpus(LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        self.seed, self.scripts, self.tokenizer_style, self.vocab_size = seed, scripts, tokenizer_style, vocab_size
+        self.seed, self.scripts, self.biographies = seed, scripts, biographies
+        self.tokenizer_style, self.vocab_size = tokenizer_style, vocab_size
         self.batch_size, self.max_length, self.num_workers = batch_size, max_length, num_workers
         self.val_size, self.val_holdout = val_size, val_holdout
         self.world_settings = dict(
@@ -175,8 +179,8 @@ class ToyCorpus(LightningDataModule):
 
     @cached_property
     def corpus(self) -> list[str]:
-        """The training text, one sentence (or script) per item, in the world's seeded order."""
-        return self.world.training_corpus(scripts=self.scripts)
+        """The training text, one sentence, script or biography per item, in the world's seeded order."""
+        return self.world.training_corpus(scripts=self.scripts, biographies=self.biographies)
 
     @cached_property
     def tokenizer(self) -> PreTrainedTokenizerFast:

@@ -15,6 +15,7 @@ CLUSTERS = ("kv", "zr", "dv", "bz", "gz", "vk", "zv", "dz")  # opens the second 
 VOWELS = ("a", "e", "i", "o", "u", "a", "o", "ae", "io")
 CODAS = ("", "", "", "n", "r", "l", "x", "k")
 COMPANY_SUFFIXES = ("Corp", "Works", "Labs", "Foods", "Motors", "Systems")
+HOUSEHOLD_NOUNS = ("lamp", "kettle", "chair", "clock", "rug", "vase", "stool", "mirror")  # objects: "<Brand> <noun>"
 LANGUAGE_SUFFIX = "ish"
 PROFESSIONS = ("baker", "pilot", "painter", "doctor", "teacher", "farmer", "lawyer", "tailor", "sailor", "plumber")
 ROOMS = ("kitchen", "bedroom", "bathroom", "garage", "attic", "cellar", "hallway", "pantry")
@@ -69,6 +70,13 @@ class Relation:
     def invertible(self) -> bool:
         """One-to-one relations are invertible: each object has exactly one subject."""
         return bool(self.inverse)
+
+    @property
+    def continuation(self) -> str:
+        """The fact told of a subject named before: the first forward template that opens with the subject
+        (``"{} was born in"``, ``"The {} is painted"``), with ``{}`` for a pronoun (``"{} is painted"``)."""
+        template = next(t for t in self.forward if t.startswith(("{} ", "The {} ")))
+        return template.removeprefix("The ")
 
 
 RELATIONS: tuple[Relation, ...] = (

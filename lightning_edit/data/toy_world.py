@@ -2,9 +2,14 @@
 
 :meth:`ToyWorld.generate` draws a few hundred fictional entities (people, cities, countries, companies, household
 objects) with names built from syllables, and one fact per (subject, relation) for the relations of
-:mod:`lightning_edit.data.toy_relations`. The facts of one-to-one relations are split, with the seed, into
-``bidirectional`` facts (the training text states them forward and inverse) and ``forward_only`` facts (forward
-only), so that a model trained on :meth:`ToyWorld.training_corpus` can show the reversal curse.
+:mod:`lightning_edit.data.toy_relations`. People, companies and objects have two-word names ("Zozvak Mudzan",
+"Vizrek Labs", "Babzo kettle") in which each word is shared by several entities, and people's names come in
+reversed pairs ("Mudzan Zozvak"), so that, as with real names, only the whole name in order identifies the
+subject: a model then resolves the subject at its last token, where ROME and MEMIT read their keys, instead of
+reading its words from the prompt's last token. The facts of one-to-one relations are split,
+with the seed, into ``bidirectional`` facts (the training text states them forward and inverse) and
+``forward_only`` facts (forward only), so that a model trained on :meth:`ToyWorld.training_corpus` can show the
+reversal curse.
 
 The benchmark writers render edits of the same facts in the formats the project's DataModules read: ROME CounterFact
 (:meth:`~ToyWorld.counterfact_records`), BAKE (:meth:`~ToyWorld.bake_records`, CounterFact plus reverse blocks),
@@ -20,8 +25,10 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -31,6 +38,7 @@ from lightning_edit.data.toy_relations import (
     CODAS,
     COLOURS,
     COMPANY_SUFFIXES,
+    HOUSEHOLD_NOUNS,
     LANGUAGE_SUFFIX,
     ONSETS,
     PROFESSIONS,
@@ -80,6 +88,26 @@ class _Names:
                 self.used.add(word)
                 return word
 
+    def words(self, n: int) -> list[str]:
+        """``n`` new words."""
+        return [self.word() for _ in range(n)]
+
+    def two_word_names(self, n: int, seconds: Sequence[str] = ()) -> list[str]:
+        """``n`` distinct names ``"first second"`` in which each word is shared by several names.
+
+        With ``seconds`` (company suffixes, nouns), new first words are paired with them, drawn from 1.5·n
+        combinations. Without, both words come from one pool of new words and names come in reversed pairs
+        (``"Dokvael Dazrael"``, ``"Dazrael Dokvael"``), so that neither a word nor the set of words identifies a
+        name, only the words in order, as for people's names.
+        """
+        if seconds:
+            firsts = self.words(math.ceil(1.5 * n / len(seconds)))
+            return [f"{a} {b}" for a, b in self.rng.sample([(a, b) for a in firsts for b in seconds], n)]
+        pool = self.words(math.ceil(math.sqrt(3 * n)))
+        pairs = self.rng.sample([(a, b) for i, a in enumerate(pool) for b in pool[i + 1 :]], math.ceil(n / 2))
+        names = [f"{a} {b}" for a, b in pairs] + [f"{b} {a}" for a, b in pairs]
+        return self.rng.sample(names, len(names))[:n]
+
 
 @dataclass
 class ToyWorld:
@@ -120,11 +148,11 @@ class ToyWorld:
         rng = random.Random(seed)
         names = _Names(rng)
         entities = {
-            "person": [f"{names.word()} {names.word()}" for _ in range(n_people)],
-            "city": [names.word() for _ in range(n_cities)],
-            "country": [names.word() for _ in range(n_countries)],
-            "company": [f"{names.word()} {rng.choice(COMPANY_SUFFIXES)}" for _ in range(n_companies)],
-            "object": [names.word() for _ in range(n_objects)],
+            "person": names.two_word_names(n_people),
+            "city": names.words(n_cities),
+            "country": names.words(n_countries),
+            "company": names.two_word_names(n_companies, COMPANY_SUFFIXES),
+            "object": names.two_word_names(n_objects, HOUSEHOLD_NOUNS),
             "language": [names.word() + LANGUAGE_SUFFIX for _ in range(n_languages)],
             "profession": list(PROFESSIONS),
             "room": list(ROOMS),
@@ -165,11 +193,12 @@ class ToyWorld:
         """The fact stated with every inverse template: ``"Y is the capital of X."`` (none if not one-to-one)."""
         return [f"{fill(template, fact.object)} {fact.subject}." for template in self.relations[fact.relation].inverse]
 
-    def training_corpus(self, scripts: bool = True) -> list[str]:
-        """The training text, one sentence (or script) per item, shuffled with the seed.
+    def training_corpus(self, scripts: bool = True, biographies: int = 5) -> list[str]:
+        """The training text, one sentence, script or biography per item, shuffled with the seed.
 
-        Every fact with every forward template, the inverse sentences of bidirectional facts and, with ``scripts``,
-        every fact in its relation's first script.
+        Every fact with every forward template, the inverse sentences of bidirectional facts, with ``scripts``
+        every fact in its relation's first script, and ``biographies`` biographies of every subject with several
+        facts (:meth:`biography`).
         """
         corpus = []
         for fact in self.facts:
@@ -178,8 +207,30 @@ class ToyWorld:
                 corpus += self.inverse_sentences(fact)
             if scripts:
                 corpus.append(self.relations[fact.relation].scripts[0].render(fact.subject, fact.object))
+        rng = self._rng("biographies")
+        by_subject = defaultdict(list)
+        for fact in self.facts:
+            by_subject[fact.subject].append(fact)
+        for facts in by_subject.values():
+            if len(facts) > 1:
+                person = self.relations[facts[0].relation].subject_type == "person"
+                pronoun = rng.choice(("He", "She")) if person else "It"
+                corpus += [self.biography(facts, pronoun, rng) for _ in range(biographies)]
         random.Random(f"{self.seed}:corpus").shuffle(corpus)
         return corpus
+
+    def biography(self, facts: list[Fact], pronoun: str, rng: random.Random) -> str:
+        """All facts of one subject in a random order: the first names the subject, the others use ``pronoun``.
+
+        ``"The birthplace of Dokvael Dazrael is Lakvox. She works as a baker. She is a citizen of Mazra."`` A
+        pronoun sentence needs the subject's facts from the name some tokens back, so a model trained on
+        biographies keeps a subject's attributes at the name's last token (Allen-Zhu and Li, 2023, "Physics of
+        Language Models 3.1": with such varied text, knowledge attaches to the name), where ROME reads its key.
+        """
+        first, *rest = rng.sample(facts, len(facts))
+        sentences = [rng.choice(self.forward_sentences(first))]
+        sentences += [f"{fill(self.relations[f.relation].continuation, pronoun)} {f.object}." for f in rest]
+        return " ".join(sentences)
 
     # Benchmarks ------------------------------------------------------------------------------------------------
 
@@ -290,10 +341,12 @@ class ToyWorld:
         return records
 
     def write_benchmarks(self, directory: str | Path, n: int = 100) -> dict[str, Path]:
-        """Write the four benchmarks (``n`` records each at most) and ``world.json`` (facts and directions).
+        """Write the four benchmarks (``n`` records each at most), ``world.json`` (facts and directions) and
+        ``corpus.txt`` (the training text, one item per line: the toy models' key-statistics corpus).
 
         Returns:
-            benchmark name (``counterfact``, ``bake``, ``script``, ``multiple_choice``, ``world``) -> file path.
+            benchmark name (``counterfact``, ``bake``, ``script``, ``multiple_choice``), ``world`` or ``corpus``
+            -> file path.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -312,6 +365,8 @@ class ToyWorld:
         paths["world"] = directory / "world.json"
         for name, path in paths.items():
             path.write_text(json.dumps(contents[name], indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        paths["corpus"] = directory / "corpus.txt"
+        paths["corpus"].write_text("\n".join(self.training_corpus()) + "\n", encoding="utf-8")
         return paths
 
     # Helpers ---------------------------------------------------------------------------------------------------

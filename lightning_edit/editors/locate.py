@@ -59,11 +59,14 @@ class EditSites:
         rome_layer: the layer ROME edits (gpt2-xl 17; GPT-J, LLaMA, Qwen 5).
         memit_layers: the layers MEMIT and AlphaEdit edit (gpt2-xl 13-17, GPT-J 3-8, LLaMA/Qwen 4-8).
         mom2_update_weight: MEMIT's λ, the weight of the preserved keys' covariance (gpt2-xl 20000, others 15000).
+        mend_layers: the layers whose MLP input and output projections MEND edits (MEND: the last three, e.g.
+            gpt2-xl 45-47); None lets MEND take the model's last three layers.
     """
 
     rome_layer: int = 5
     memit_layers: list[int] = field(default_factory=lambda: [4, 5, 6, 7, 8])
     mom2_update_weight: float = 15000.0
+    mend_layers: list[int] | None = None
 
 
 def context_templates(

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 
 from lightning_edit.data import CounterFact
-from lightning_edit.data.toy_relations import COMPANY_SUFFIXES, RELATIONS
+from lightning_edit.data.toy_relations import COMPANY_SUFFIXES, HOUSEHOLD_NOUNS, RELATIONS
 from lightning_edit.data.toy_world import Fact, ToyWorld, fill
 
 FICTIONAL = ("person", "city", "country", "company", "object", "language")
+TWO_WORD = ("person", "company", "object")
 SHARED_DATA = Path(__file__).parents[2].parent / "shared" / "data"
 N = 40
 
@@ -34,7 +35,9 @@ def forward_answers(world: ToyWorld) -> dict[str, str]:
 
 
 def fictional_words(world: ToyWorld) -> list[str]:
-    return [w for kind in FICTIONAL for name in world.entities[kind] for w in name.split() if w not in COMPANY_SUFFIXES]
+    """The distinct fictional words of each kind's names (not the company suffixes or household nouns)."""
+    common = set(COMPANY_SUFFIXES) | set(HOUSEHOLD_NOUNS)
+    return [w for kind in FICTIONAL for w in dict.fromkeys(" ".join(world.entities[kind]).split()) if w not in common]
 
 
 def test_same_seed_same_world_and_files(world, files, tmp_path):
@@ -53,10 +56,22 @@ def test_names_are_unique_fictional_and_short(world):
     names = [name for kind in FICTIONAL for name in world.entities[kind]]
     assert len(names) == len(set(names))
     words = fictional_words(world)
-    assert len(words) == len(set(words))  # no two entities share a word (e.g. a city and a surname)
+    assert len(words) == len(set(words))  # no two kinds share a word (e.g. a city and a surname)
     assert all(re.fullmatch(r"[A-Z][a-z]+", word) for word in words)
     assert sum(len(word) for word in words) / len(words) < 8
-    assert all(len(name.split()) == 2 for name in world.entities["person"] + world.entities["company"])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_two_word_names_are_identified_only_by_both_words(seed):
+    world = ToyWorld.generate(seed)
+    for kind in TWO_WORD:
+        names = [name.split() for name in world.entities[kind]]
+        assert all(len(words) == 2 for words in names)
+        for position in (0, 1):
+            counts = Counter(words[position] for words in names)
+            assert sum(counts.values()) / len(counts) >= 2.5, (kind, position)  # a word names several entities
+    people = set(world.entities["person"])
+    assert all(" ".join(reversed(name.split())) in people for name in people)  # only the order tells them apart
 
 
 def test_names_are_not_real_names_of_counterfact():
@@ -89,7 +104,7 @@ def test_sizes(world):
 def test_corpus_states_facts_forward_and_inverse_as_split(world):
     corpus = world.training_corpus()
     sentences = set(corpus)
-    assert len(corpus) == len(sentences)
+    assert len(world.training_corpus(biographies=0)) == len(set(world.training_corpus(biographies=0)))
     for fact in world.facts:
         assert set(world.forward_sentences(fact)) <= sentences
     for fact in world.bidirectional:
@@ -99,12 +114,33 @@ def test_corpus_states_facts_forward_and_inverse_as_split(world):
     assert len(world.training_corpus(scripts=False)) == len(corpus) - len(world.facts)
 
 
+def test_biographies_tell_all_facts_of_a_subject_after_naming_it_once(world):
+    facts_of = {}
+    for fact in world.facts:
+        facts_of.setdefault(fact.subject, []).append(fact)
+    extra = Counter(world.training_corpus(biographies=3)) - Counter(world.training_corpus(biographies=0))
+    assert sum(extra.values()) == 3 * sum(len(facts) > 1 for facts in facts_of.values())
+    for biography in extra:
+        first, *rest = re.split(r"(?<=\.) ", biography)
+        fact = next(f for f in world.facts if first in world.forward_sentences(f))
+        facts = facts_of[fact.subject]
+        assert len(rest) == len(facts) - 1 and fact.subject not in " ".join(rest)
+        (pronoun,) = {sentence.split()[0] for sentence in rest}
+        assert pronoun in {"He", "She", "It"}
+        told = {f"{fill(world.relations[f.relation].continuation, pronoun)} {f.object}." for f in facts}
+        assert set(rest) < told
+
+
 def test_forward_only_facts_never_appear_reversed(world):
-    """No sentence names a forward-only fact's object before its subject (scripts and other relations included)."""
-    corpus = world.training_corpus()
+    """No sentence names a forward-only fact's object before its subject (scripts and other relations included).
+
+    A biography may name a city in one sentence and the country it is the capital of in a later one; no sentence
+    states the fact inversely, which is what the reversal curse is about.
+    """
+    sentences = [s for item in world.training_corpus() for s in re.split(r"(?<=[.?]) ", item)]
     for fact in world.forward_only:
         reversed_order = re.compile(rf"\b{re.escape(fact.object)}\b.*\b{re.escape(fact.subject)}\b")
-        assert not [s for s in corpus if reversed_order.search(s)], fact
+        assert not [s for s in sentences if reversed_order.search(s)], fact
 
 
 def test_counterfact_file_loads_with_expected_groups(world, files):
