@@ -2,7 +2,17 @@
 
 from lightning_edit.data.base import DataFormatError, EditDataModule
 from lightning_edit.data.counterfact import CounterFact
+from lightning_edit.data.edit_training import EditTraining
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.data.zsre import ZsRE
 
-__all__ = ["CounterFact", "DataFormatError", "EditCase", "EditDataModule", "EditRequest", "PromptGroup", "ZsRE"]
+__all__ = [
+    "CounterFact",
+    "DataFormatError",
+    "EditCase",
+    "EditDataModule",
+    "EditRequest",
+    "EditTraining",
+    "PromptGroup",
+    "ZsRE",
+]

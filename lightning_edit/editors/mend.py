@@ -1,0 +1,409 @@
+"""MEND (Mitchell et al., ICLR 2022, "Fast Model Editing at Scale"): a trained hypernetwork edits with one gradient.
+
+An edit (algorithms.md §8; the hypernetwork in :mod:`lightning_edit.editors.mend_network`):
+
+1. one forward and backward pass of the edit loss, the summed per-request mean NLL of ``target_new`` after the
+   request prompt, records for each edited weight W the layer inputs u and output gradients δ (∇_W = Σ_t δ_t u_tᵀ);
+2. the transform g maps (u, δ) to (ũ, δ̃), and ΔW = −η_W Σ_t δ̃_t ũ_tᵀ (minus: a descent step on the edit loss);
+3. W ← W + ΔW, stored in the module's layout (``Conv1D`` keeps Wᵀ).
+
+Training (``lightning-edit fit``, paper §3.2): on a batch of edits, ΔW is applied functionally (``functional_call``,
+the base model stays frozen and untouched) and
+
+    L = c_edit · NLL(targets | edit and paraphrase prompts, W + ΔW) + c_loc · KL(p_W ‖ p_{W+ΔW}) on locality prompts
+
+trains g and η (Adam, gradients accumulated over ``accumulate`` batches, norm clipped to ``grad_clip``). An
+accumulated step with a non-finite gradient is skipped (never applied) and counted in ``train/skipped_steps``.
+
+Checkpoints hold the hypernetwork only (no base-model weight) with the base model's fingerprint and the edited
+parameter names; loading one for another base model or other layers raises :class:`MENDCheckpointError`.
+Validation (``lightning-edit validate --model MEND --model.ckpt_path ...``) edits under the ``single``, ``batch``
+and ``sequential`` protocols of :class:`~lightning_edit.editors.base.EditorModule`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.data import AttributeDict
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
+from torch.func import functional_call
+
+from lightning_edit.data.edit_training import TrainingEdit
+from lightning_edit.data.schema import EditRequest
+from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.locate import EditSites
+from lightning_edit.editors.mend_network import Factors, MENDNetwork
+from lightning_edit.editors.target_vector import TargetOptimization
+from lightning_edit.evaluation import ScoringConfig
+from lightning_edit.models.hooks import Trace
+from lightning_edit.models.loading import ModelSource
+from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear, weight_layout
+from lightning_edit.models.tokenization import encode_prompt_target, pad
+
+CHECKPOINT_FORMAT = "lightning-edit/MEND-hypernetwork"
+#: Settings that shape the network: taken from a checkpoint when one is loaded.
+NETWORK_SETTINGS = ("rank", "n_layers", "norm", "shared")
+_PROBES = 8  # weight entries recorded per edited weight to recognise the base model
+# A fit checkpoint's hyper-parameters hold these plain config dataclasses: allow them in ``weights_only`` loads, which
+# Lightning uses to resume a fit (``--ckpt_path``) and :func:`read_hypernetwork` to read a checkpoint.
+torch.serialization.add_safe_globals([AttributeDict, EditSites, ModelSource, ScoringConfig, TargetOptimization])
+
+
+class MENDCheckpointError(ValueError):
+    """A MEND checkpoint that does not belong to this base model or these edited parameters."""
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A right-padded batch of ``prompt + " " + target`` sequences, each (B, L)."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    position_ids: Tensor
+    target_mask: Tensor  # True at the target's tokens
+
+
+class MEND(EditorModule):
+    """Model Editor Networks with Gradient Decomposition.
+
+    Args:
+        lm: the causal language model to edit (frozen: only the hypernetwork trains).
+        sites: ``sites.mend_layers`` (set by the model preset) picks the layers whose MLP input and output
+            projections are edited (GPT-2 ``c_fc`` and ``c_proj``, LLaMA ``gate/up/down_proj``); None or unset: the
+            last three layers, as MEND does.
+        inner_params: explicit weight names to edit instead (e.g. ``transformer.h.3.mlp.c_proj.weight``).
+        rank: rank of the transform's low-rank layers (MEND: 1920, capped at d_in + d_out).
+        n_layers: residual low-rank layers per transform (MEND's ``n_hidden: 1`` = 2 layers).
+        norm: normalise u and δ by running statistics (MEND: true).
+        shared: one transform per weight shape, with per-weight scale and shift (MEND: true).
+        edit_lr: initial learned edit learning rate η of every weight (MEND: 1e-4).
+        lr_scale: factor on η when editing outside training (MEND: 1.0).
+        lr: Adam learning rate of the transforms (MEND: 1e-6).
+        lr_lr: Adam learning rate of the edit learning rates (MEND: 1e-4).
+        c_edit: weight of the edit NLL in the training loss (MEND: 0.1).
+        c_loc: weight of the locality KL (MEND: 1.0).
+        accumulate: training batches per optimizer step (MEND: 10).
+        grad_clip: gradient norm clip of each step (MEND: 100).
+        ckpt_path: a trained hypernetwork: the ``mend.pt`` written by fit or a fit checkpoint (``.ckpt``). Its
+            network settings (rank, n_layers, norm, shared) replace the ones given here.
+        target: not used by MEND; accepted so that the model presets, which set the locate-then-edit target values,
+            compose with MEND.
+        **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (fit writes ``mend.pt`` there; default
+            the log directory) (see EditorModule).
+    """
+
+    def __init__(
+        self,
+        lm: ModelSource,
+        sites: EditSites | None = None,
+        inner_params: list[str] | None = None,
+        rank: int = 1920,
+        n_layers: int = 2,
+        norm: bool = True,
+        shared: bool = True,
+        edit_lr: float = 1e-4,
+        lr_scale: float = 1.0,
+        lr: float = 1e-6,
+        lr_lr: float = 1e-4,
+        c_edit: float = 0.1,
+        c_loc: float = 1.0,
+        accumulate: int = 10,
+        grad_clip: float = 100.0,
+        ckpt_path: str | None = None,
+        target: TargetOptimization | None = None,
+        **kwargs,
+    ):
+        super().__init__(lm, **kwargs)
+        self.automatic_optimization = False  # steps with non-finite gradients are skipped, not applied
+        self.strict_loading = False  # checkpoints hold no base-model weight; on_load_checkpoint checks the rest
+        self.arch = resolve_architecture(self.model)
+        self.inner_params = inner_params or self._default_inner_params(sites or EditSites())
+        self.modules_of = {name: self._inner_module(name) for name in self.inner_params}
+        self.layouts = {name: weight_layout(self.model.get_submodule(m)) for name, m in self.modules_of.items()}
+        self.lr_scale, self.lr, self.lr_lr, self.c_edit, self.c_loc = lr_scale, lr, lr_lr, c_edit, c_loc
+        self.accumulate, self.grad_clip = accumulate, grad_clip
+        settings = dict(rank=rank, n_layers=n_layers, norm=norm, shared=shared)
+        state = None
+        if ckpt_path is not None:
+            state, meta = read_hypernetwork(ckpt_path)
+            self.check_compatible(meta, ckpt_path)
+            settings = {key: meta["network"][key] for key in NETWORK_SETTINGS}
+        self.settings = settings
+        self.network = MENDNetwork(self._shapes(), edit_lr=edit_lr, **settings)
+        if state is not None:
+            self.network.load_state_dict(state)
+            rank_zero_info(f"MEND: hypernetwork loaded from {ckpt_path} ({settings})")
+        self.skipped_steps = 0  # accumulated steps skipped for non-finite gradients
+        self.batches_seen = 0  # training batches, across epochs (accumulation boundaries)
+
+    # Edited parameters ---------------------------------------------------------------------------------------
+
+    def _default_inner_params(self, sites: EditSites) -> list[str]:
+        layers = sites.mend_layers if sites.mend_layers is not None else range(self.arch.num_layers)[-3:]
+        templates = (*self.arch.spec.mlp_in, self.arch.spec.mlp_out)
+        return [f"{self.arch.layer_name(t, layer)}.weight" for layer in layers for t in templates]
+
+    def _inner_module(self, name: str) -> str:
+        """The module of an edited weight, with an error naming the model when it has no such parameter."""
+        parameters = dict(self.model.named_parameters())
+        module, _, leaf = name.rpartition(".")
+        if name not in parameters or leaf != "weight":
+            example = f"{self.arch.layer_name(self.arch.spec.mlp_out, self.arch.num_layers - 1)}.weight"
+            raise ValueError(
+                f"MEND cannot edit {name!r}: {type(self.model).__name__} ({self.arch.family}, "
+                f"{self.arch.num_layers} layers) has no such weight; expected names like {example!r}"
+            )
+        try:
+            weight_layout(self.model.get_submodule(module))
+        except TypeError as error:
+            raise ValueError(f"MEND cannot edit {name!r}: {error}") from None
+        return module
+
+    def _shapes(self) -> dict[str, tuple[int, int]]:
+        """Edited weight -> (d_out, d_in), the Linear convention."""
+        parameters = dict(self.model.named_parameters())
+        return {name: tuple(to_linear(parameters[name], self.layouts[name]).shape) for name in self.inner_params}
+
+    def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
+        return list(self.inner_params)
+
+    # Gradient decomposition and the edit -------------------------------------------------------------------------
+
+    def _encode(self, prompts: list[str], targets: list[str]) -> _Encoded:
+        pairs = [encode_prompt_target(self.tokenizer, p, t) for p, t in zip(prompts, targets)]
+        input_ids, attention_mask, position_ids = pad([p + t for p, t in pairs], self.tokenizer.pad_token_id, "right")
+        target_mask = torch.zeros_like(attention_mask, dtype=torch.bool)
+        for row, (prompt_ids, target_ids) in enumerate(pairs):
+            target_mask[row, len(prompt_ids) : len(prompt_ids) + len(target_ids)] = True
+        device = self.model.device
+        return _Encoded(
+            input_ids.to(device), attention_mask.to(device), position_ids.to(device), target_mask.to(device)
+        )
+
+    def _logits(self, batch: _Encoded, weights: dict[str, Tensor] | None = None) -> Tensor:
+        """(B, L, V) logits of the base model, or of the model with ``weights`` swapped in (functionally)."""
+        inputs = dict(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        )
+        if weights is None:
+            return self.model(**inputs).logits
+        return functional_call(self.model, weights, args=(), kwargs=inputs).logits
+
+    @staticmethod
+    def target_nll(logits: Tensor, batch: _Encoded) -> Tensor:
+        """(B,) mean per-token NLL of each sequence's target tokens."""
+        logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # (B, L-1, V): position t predicts t+1
+        token_logprobs = logprobs.gather(-1, batch.input_ids[:, 1:, None])[..., 0]  # (B, L-1)
+        mask = batch.target_mask[:, 1:].float()
+        return -(token_logprobs * mask).sum(1) / mask.sum(1)
+
+    def edit_factors(self, requests: list[EditRequest]) -> dict[str, Factors]:
+        """{weight: (u (n, d_in), δ (n, d_out))} of one pass of the edit loss over the requests, on the current weights.
+
+        The edit loss is the sum over requests of the mean NLL of ``target_new``; u is the input of each edited
+        module, δ the gradient of the loss with respect to its output (a zero tensor added to the output carries it,
+        so the frozen weights need no gradient). Rows are flattened over batch and positions.
+        """
+        if torch.is_inference_mode_enabled():
+            raise RuntimeError("MEND computes gradients to edit: run the Trainer with inference_mode=False")
+        batch = self._encode([r.filled_prompt for r in requests], [r.target_new for r in requests])
+        probes: dict[str, Tensor] = {}
+
+        def add_probe(module: str, hidden: Tensor) -> Tensor:
+            probes[module] = torch.zeros_like(hidden, requires_grad=True)
+            return hidden + probes[module]
+
+        modules = list(self.modules_of.values())
+        with torch.enable_grad(), Trace(self.model, modules, inputs=True, outputs=False, edit_output=add_probe) as tr:
+            loss = self.target_nll(self._logits(batch), batch).sum()
+            gradients = torch.autograd.grad(loss, [probes[m] for m in modules])
+        factors = {}
+        for name, module, delta in zip(self.inner_params, modules, gradients):
+            u = tr.inputs[module]
+            factors[name] = (u.reshape(-1, u.shape[-1]), delta.reshape(-1, delta.shape[-1]))  # (B·L, d)
+        return factors
+
+    def updates(self, requests: list[EditRequest], update_stats: bool = False) -> dict[str, Tensor]:
+        """ΔW (float32, Linear convention (d_out, d_in)) of each edited weight for the requests."""
+        return self.network(self.edit_factors(requests), update_stats=update_stats)
+
+    def apply_edits(self, requests: list[EditRequest]) -> None:
+        """W ← W + lr_scale · ΔW in place, on the weights as they are (sequential edits compound)."""
+        with torch.no_grad():
+            for name, delta in self.updates(requests).items():
+                weight = self.model.get_parameter(name)
+                weight += from_linear(self.lr_scale * delta, self.layouts[name]).to(weight.dtype)
+
+    # Training ----------------------------------------------------------------------------------------------------
+
+    def train(self, mode: bool = True) -> MEND:
+        super().train(mode)
+        self.model.eval()  # the frozen base model never runs dropout
+        return self
+
+    def on_fit_start(self) -> None:
+        """MEND trains its hypernetwork in ``training_step``: nothing is edited before the fit."""
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        transforms = [p for name, p in self.network.named_parameters() if name != "edit_lrs"]
+        return torch.optim.Adam(
+            [{"params": transforms, "lr": self.lr}, {"params": [self.network.edit_lrs], "lr": self.lr_lr}]
+        )
+
+    def training_losses(self, batch: list[TrainingEdit]) -> dict[str, Tensor]:
+        """The loss terms of one batch of training edits (paper §3.2), ΔW applied functionally."""
+        deltas = self.updates([example.request for example in batch], update_stats=True)
+        weights = {}
+        for name, delta in deltas.items():
+            weight = self.model.get_parameter(name)
+            weights[name] = weight + from_linear(delta, self.layouts[name]).to(weight.dtype)
+        equivalent = [(example.request.filled_prompt, example.request.target_new) for example in batch]
+        equivalent += [pair for example in batch for pair in example.equivalent]
+        edit_batch = self._encode(*zip(*equivalent))
+        edit_nll = self.target_nll(self._logits(edit_batch, weights), edit_batch).mean()
+        locality = [pair for example in batch for pair in example.locality]
+        loc_kl = self.locality_kl(self._encode(*zip(*locality)), weights) if locality else edit_nll.new_zeros(())
+        return {"loss": self.c_edit * edit_nll + self.c_loc * loc_kl, "edit_nll": edit_nll, "loc_kl": loc_kl}
+
+    def locality_kl(self, batch: _Encoded, weights: dict[str, Tensor]) -> Tensor:
+        """KL(p_unedited ‖ p_edited) of the next-token distributions, mean over the real positions of ``batch``."""
+        with torch.no_grad():
+            before = torch.log_softmax(self._logits(batch).float(), dim=-1)  # (B, L, V)
+        after = torch.log_softmax(self._logits(batch, weights).float(), dim=-1)
+        kl = (before.exp() * (before - after)).sum(-1)  # (B, L)
+        mask = batch.attention_mask.float()
+        return (kl * mask).sum() / mask.sum()
+
+    def training_step(self, batch: list[TrainingEdit], batch_idx: int) -> Tensor:
+        losses = self.training_losses(batch)
+        self.manual_backward(losses["loss"] / self.accumulate)
+        self.batches_seen += 1
+        if self.batches_seen % self.accumulate == 0:
+            self._step()
+        for name, value in losses.items():
+            self.log(f"train/{name}", value.detach(), batch_size=len(batch), prog_bar=name == "loss")
+        self.log("train/skipped_steps", float(self.skipped_steps), batch_size=len(batch))
+        self.log("train/edit_lr_mean", self.network.edit_lrs.detach().mean(), batch_size=len(batch))
+        return losses["loss"].detach()
+
+    def _step(self) -> None:
+        """One optimizer step on the accumulated gradients, unless one of them is not finite (then skipped)."""
+        optimizer = self.optimizers()
+        parameters = [p for p in self.network.parameters() if p.grad is not None]
+        if all(torch.isfinite(p.grad).all() for p in parameters):
+            torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip)
+            optimizer.step()
+        else:
+            self.skipped_steps += 1
+        optimizer.zero_grad()
+
+    def on_fit_end(self) -> None:
+        """Write the trained hypernetwork to ``<output_dir>/mend.pt`` (default: the log directory)."""
+        if self.trainer.is_global_zero:
+            directory = Path(self.output_dir or self.trainer.log_dir or self.trainer.default_root_dir)
+            directory.mkdir(parents=True, exist_ok=True)
+            torch.save(self.hypernetwork_state(), directory / "mend.pt")
+            rank_zero_info(f"MEND hypernetwork written to {directory / 'mend.pt'}")
+
+    # Checkpoints -------------------------------------------------------------------------------------------------
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the base model: its config sizes and a few entries of every edited weight."""
+        config = self.model.config
+        generator = torch.Generator().manual_seed(0)
+        probes = {}
+        for name in self.inner_params:
+            flat = self.model.get_parameter(name).detach().reshape(-1)
+            index = torch.randint(flat.numel(), (_PROBES,), generator=generator).to(flat.device)
+            probes[name] = flat[index].double().cpu().tolist()
+        return {
+            "name_or_path": str(getattr(config, "name_or_path", "")),
+            "model_type": self.arch.family,
+            "num_layers": self.arch.num_layers,
+            "hidden_size": self.arch.hidden_size,
+            "mlp_hidden_size": self.arch.mlp_hidden_size,
+            "vocab_size": self.arch.vocab_size,
+            "probes": probes,
+        }
+
+    def meta(self) -> dict[str, Any]:
+        """What the hypernetwork belongs to (base model, edited weights) and its network settings."""
+        return {"base_model": self.fingerprint(), "inner_params": list(self.inner_params), "network": self.settings}
+
+    def hypernetwork_state(self) -> dict[str, Any]:
+        """The hypernetwork and its :meth:`meta`: plain tensors, strings and numbers (``weights_only`` loadable)."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "meta": self.meta(),
+            "state_dict": {key: value.detach().cpu() for key, value in self.network.state_dict().items()},
+        }
+
+    def check_compatible(self, meta: dict[str, Any], source: str | Path) -> None:
+        """Raise :class:`MENDCheckpointError` unless the checkpoint belongs to this base model and these weights."""
+        trained_for, loaded = meta["base_model"], self.fingerprint()
+        differences = [
+            f"{key} {trained_for[key]} != {loaded[key]}"
+            for key in ("model_type", "num_layers", "hidden_size", "mlp_hidden_size", "vocab_size")
+            if trained_for[key] != loaded[key]
+        ]
+        if not differences and meta["inner_params"] != list(self.inner_params):
+            raise MENDCheckpointError(
+                f"{source}: the MEND checkpoint edits {meta['inner_params']}, but this run edits {self.inner_params} "
+                "(set sites.mend_layers or inner_params to the checkpoint's)"
+            )
+        if not differences:
+            for name, values in trained_for["probes"].items():
+                if not all(
+                    math.isclose(a, b, rel_tol=2e-2, abs_tol=1e-4) for a, b in zip(values, loaded["probes"][name])
+                ):
+                    differences.append(f"the weights of {name} differ")
+                    break
+        if differences:
+            raise MENDCheckpointError(
+                f"{source}: this MEND checkpoint was trained for base model {trained_for['name_or_path']!r}, not for "
+                f"the loaded {loaded['name_or_path']!r}: {'; '.join(differences)}"
+            )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the hypernetwork only: drop every base-model weight; record what the hypernetwork belongs to."""
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("network.")}
+        checkpoint["mend_meta"] = self.meta()
+        checkpoint["mend_progress"] = {"skipped_steps": self.skipped_steps, "batches_seen": self.batches_seen}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "mend_meta" not in checkpoint:
+            raise MENDCheckpointError("the checkpoint was not written by MEND (no 'mend_meta')")
+        self.check_compatible(checkpoint["mend_meta"], "checkpoint")
+        expected = {f"network.{key}" for key in self.network.state_dict()}
+        if set(checkpoint["state_dict"]) != expected:
+            raise MENDCheckpointError(
+                f"the checkpoint's hypernetwork has parameters {sorted(set(checkpoint['state_dict']) ^ expected)} "
+                f"that do not match this network ({self.settings})"
+            )
+        progress = checkpoint.get("mend_progress", {})
+        self.skipped_steps = progress.get("skipped_steps", 0)
+        self.batches_seen = progress.get("batches_seen", 0)
+
+
+def read_hypernetwork(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """(network state dict, meta) of a ``mend.pt`` or of a MEND fit checkpoint, read with ``weights_only=True``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"MEND checkpoint {path} not found")
+    content = torch.load(path, map_location="cpu", weights_only=True)
+    if content.get("format") == CHECKPOINT_FORMAT:
+        return content["state_dict"], content["meta"]
+    if "mend_meta" in content:
+        prefix = "network."
+        state = {k[len(prefix) :]: v for k, v in content["state_dict"].items() if k.startswith(prefix)}
+        return state, content["mend_meta"]
+    raise MENDCheckpointError(f"{path} is not a MEND hypernetwork (no {CHECKPOINT_FORMAT!r} format, no 'mend_meta')")

@@ -1,0 +1,130 @@
+"""EditTraining: MEND training examples from CounterFact, zsRE and the toy world; seeded, resumable order."""
+
+import json
+
+import pytest
+
+from lightning_edit.data import EditTraining
+from lightning_edit.data.edit_training import EpochOrder, load_toy_world
+from lightning_edit.data.toy_world import ToyWorld
+from lightning_edit.resources import resolve_path
+
+HELDOUT = "builtin:data/toy/counterfact.json"
+
+
+def setup(**kwargs) -> EditTraining:
+    data = EditTraining(**kwargs)
+    data.setup()
+    return data
+
+
+def test_flat_counterfact_examples():
+    data = setup(source="counterfact", train_path="builtin:data/counterfact-flat.json", val_size=2)
+    records = json.loads(resolve_path("builtin:data/counterfact-flat.json").read_text())
+    assert len(data.train_edits) == len(records) - 2 and [c.case_id for c in data.cases] == [
+        r["case_id"] for r in records[-2:]
+    ]
+    example, record = data.train_edits[0], records[0]
+    assert example.request.filled_prompt == record["prompt"] and example.request.target_new == record["target_new"]
+    assert example.equivalent == ((record["rephrase_prompt"], record["target_new"]),)
+    assert example.locality == ((record["locality_prompt"], record["locality_ground_truth"]),)  # the neighbour
+
+
+def test_rome_counterfact_samples_neighbourhood_prompts():
+    data = setup(source="counterfact", train_path="builtin:data/counterfact-rome.json", val_size=2, n_locality=3)
+    records = {r["case_id"]: r for r in json.loads(resolve_path("builtin:data/counterfact-rome.json").read_text())}
+    for example in data.train_edits:
+        record = records[example.case_id]
+        true = record["requested_rewrite"]["target_true"]["str"]
+        assert len(example.locality) == 3 and len(set(example.locality)) == 3
+        assert all(prompt in record["neighborhood_prompts"] and answer == true for prompt, answer in example.locality)
+        assert [p for p, _ in example.equivalent] == record["paraphrase_prompts"]
+    again = setup(source="counterfact", train_path="builtin:data/counterfact-rome.json", val_size=2, n_locality=3)
+    assert again.train_edits == data.train_edits  # seeded
+    other_seed = setup(
+        source="counterfact", train_path="builtin:data/counterfact-rome.json", val_size=2, n_locality=3, seed=1
+    )
+    assert [e.locality for e in other_seed.train_edits] != [e.locality for e in data.train_edits]
+
+
+def test_zsre_locality_is_the_nq_prompt():
+    data = setup(source="zsre", train_path="builtin:data/zsre.json", val_size=2)
+    records = json.loads(resolve_path("builtin:data/zsre.json").read_text())
+    by_question = {r["src"]: r for r in records}
+    for example in data.train_edits:
+        record = by_question[example.request.filled_prompt]
+        assert example.request.target_new == record["alt"]  # MEND edits towards alt
+        assert example.equivalent == ((record["rephrase"], record["alt"]),)
+        assert example.locality == ((record["loc"], record["loc_ans"]),)
+    assert len(data.train_edits) + len(data.cases) + len(data.skipped) == len(records)
+
+
+def test_toy_training_edits_are_disjoint_from_the_heldout_benchmark():
+    data = setup(source="toy", val_size=20)
+    heldout = json.loads(resolve_path(HELDOUT).read_text())
+    heldout_pairs = {(r["requested_rewrite"]["subject"], r["requested_rewrite"]["relation_id"]) for r in heldout}
+    trained = [(e.request.subject, e.request.extra["relation_id"]) for e in data.train_edits]
+    validated = [(c.requests[0].subject, c.requests[0].extra["relation_id"]) for c in data.cases]
+    assert not heldout_pairs & (set(trained) | set(validated))
+    assert not set(trained) & set(validated)
+    world = load_toy_world("builtin:data/toy/world.json")
+    assert len(trained) + len(validated) + len(heldout_pairs) == len(world.counterfact_records(10_000))
+    facts = {(f.subject, f.relation): f.object for f in world.facts}
+    for example in data.train_edits[:50]:
+        request = example.request
+        assert facts[request.subject, request.extra["relation_id"]] == request.target_true != request.target_new
+        assert example.equivalent and all(answer == request.target_true for _, answer in example.locality)
+
+
+def test_toy_variants_draw_more_edits_of_the_same_facts():
+    one, three = setup(source="toy", val_size=20), setup(source="toy", val_size=20, toy_variants=3)
+    assert [c.requests for c in three.cases] == [c.requests for c in one.cases]
+    assert len(three.train_edits) == 3 * len(one.train_edits)
+    validated = {(c.requests[0].subject, c.requests[0].extra["relation_id"]) for c in three.cases}
+    targets: dict[tuple[str, str], set[str]] = {}
+    for example in three.train_edits:
+        fact = (example.request.subject, example.request.extra["relation_id"])
+        assert fact not in validated
+        targets.setdefault(fact, set()).add(example.request.target_new)
+    assert len(targets) == len(one.train_edits) and max(len(t) for t in targets.values()) > 1
+    assert len({e.case_id for e in three.train_edits} | {c.case_id for c in three.cases}) == len(three.train_edits) + 20
+
+
+def test_toy_world_file_round_trip(tmp_path):
+    world = ToyWorld.generate(seed=3, n_people=20, n_cities=8, n_companies=6, n_objects=8)
+    paths = world.write_benchmarks(tmp_path, n=5)
+    loaded = load_toy_world(str(paths["world"]))
+    assert loaded.facts == world.facts and loaded.bidirectional == world.bidirectional
+    data = setup(source="toy", toy_world=str(paths["world"]), toy_heldout=[str(paths["counterfact"])], val_size=5)
+    assert len(data.train_edits) + 5 + 5 == len(world.counterfact_records(10_000))
+
+
+def test_epoch_order_is_seeded_per_epoch_and_resumes():
+    order = EpochOrder(10, seed=0)
+    first = list(order)
+    assert sorted(first) == list(range(10)) and list(order) == first
+    order.set_epoch(1)
+    second = list(order)
+    assert second != first
+    order.resume = (1, 4)
+    assert list(order) == second[4:]
+    assert list(order) == second  # a resume applies once
+    order.resume = (0, 4)
+    assert list(order) == second  # only in its own epoch
+
+
+def test_state_round_trip_resumes_the_loader():
+    data = setup(source="counterfact", train_path="builtin:data/counterfact-flat.json", val_size=2, batch_size=2)
+    assert data.state_dict() == {}  # no trainer attached
+    full = [[e.case_id for e in batch] for batch in data.train_dataloader()]
+    data.load_state_dict({"epoch": 0, "batches": 2})
+    assert [[e.case_id for e in batch] for batch in data.train_dataloader()] == full[2:]
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="needs train_path"):
+        EditTraining(source="counterfact")
+    with pytest.raises(ValueError, match="source must be one of"):
+        EditTraining(source="wikitext")
+    with pytest.raises(ValueError, match="val_size"):
+        setup(source="counterfact", train_path="builtin:data/counterfact-flat.json", val_size=50)
