@@ -5,11 +5,10 @@ objects) with names built from syllables, and one fact per (subject, relation) f
 :mod:`lightning_edit.data.toy_relations`. People, companies and objects have two-word names ("Zozvak Mudzan",
 "Vizrek Labs", "Babzo kettle") in which each word is shared by several entities, and people's names come in
 reversed pairs ("Mudzan Zozvak"), so that, as with real names, only the whole name in order identifies the
-subject: a model then resolves the subject at its last token, where ROME and MEMIT read their keys, instead of
-reading its words from the prompt's last token. The facts of one-to-one relations are split,
-with the seed, into ``bidirectional`` facts (the training text states them forward and inverse) and
-``forward_only`` facts (forward only), so that a model trained on :meth:`ToyWorld.training_corpus` can show the
-reversal curse.
+subject. (The shipped toy models still look facts up at the prompt's last token, not at the subject's last token;
+configs/models/toy-gpt2.yaml gives the measurements.) The facts of one-to-one relations are split, with the seed,
+into ``bidirectional`` facts (the training text states them forward and inverse) and ``forward_only`` facts
+(forward only), so that a model trained on :meth:`ToyWorld.training_corpus` can show the reversal curse.
 
 The benchmark writers render edits of the same facts in the formats the project's DataModules read: ROME CounterFact
 (:meth:`~ToyWorld.counterfact_records`), BAKE (:meth:`~ToyWorld.bake_records`, CounterFact plus reverse blocks),
@@ -223,9 +222,9 @@ class ToyWorld:
         """All facts of one subject in a random order: the first names the subject, the others use ``pronoun``.
 
         ``"The birthplace of Dokvael Dazrael is Lakvox. She works as a baker. She is a citizen of Mazra."`` A
-        pronoun sentence needs the subject's facts from the name some tokens back, so a model trained on
-        biographies keeps a subject's attributes at the name's last token (Allen-Zhu and Li, 2023, "Physics of
-        Language Models 3.1": with such varied text, knowledge attaches to the name), where ROME reads its key.
+        pronoun sentence needs the subject's facts from a name some tokens back: varied text of this kind attaches
+        knowledge to the name in Allen-Zhu and Li (2023, "Physics of Language Models 3.1"). On the 4-layer toy
+        models it did not move the lookup to the name's last token (see configs/models/toy-gpt2.yaml).
         """
         first, *rest = rng.sample(facts, len(facts))
         sentences = [rng.choice(self.forward_sentences(first))]
