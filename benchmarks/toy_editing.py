@@ -7,7 +7,8 @@ Each row is one ``lightning-edit validate`` run, in-process, of the composed con
 ``configs/methods/<method>.yaml`` + ``configs/models/<model>.yaml`` + ``configs/benchmarks/counterfact.yaml`` on
 ``builtin:data/toy/counterfact.json`` (``--data.limit``), exactly what the printed command line runs. ``NoEdit``
 gives the unedited reference. r-ROME is ROME with ``--model.key prompt``. The sequential protocol applies all
-edits, one per call, then scores every case on the final model. Metrics are macro means (ROME's aggregation);
+edits, ``--edit-batch-size`` per call for every method (default 1: one by one; AlphaEdit's config says 100), then
+scores every case on the final model. Metrics are macro means (ROME's aggregation);
 results.json of each run is under ``--root``.
 """
 
@@ -37,7 +38,9 @@ METHODS = {  # row name -> (method config, extra flags)
 METRICS = ("ES", "PS", "NS")
 
 
-def command(method: str, flags: list[str], model: str, protocol: str, limit: int, directory: Path) -> list[str]:
+def command(
+    method: str, flags: list[str], model: str, protocol: str, limit: int, edit_batch_size: int, directory: Path
+) -> list[str]:
     """The ``lightning-edit validate`` arguments of one row."""
     args = [
         f"--config={ROOT / 'configs/methods' / method}.yaml",
@@ -51,7 +54,7 @@ def command(method: str, flags: list[str], model: str, protocol: str, limit: int
         *flags,
     ]
     if flags[:2] != ["--model", "NoEdit"]:
-        args.append(f"--model.protocol={protocol}")
+        args += [f"--model.protocol={protocol}", f"--model.edit_batch_size={edit_batch_size}"]
     return args
 
 
@@ -61,6 +64,7 @@ def main() -> None:
     parser.add_argument("--protocols", nargs="+", default=["single", "sequential"])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--limit", type=int, default=50, help="edits (the first cases of the toy CounterFact file)")
+    parser.add_argument("--edit-batch-size", type=int, default=1, help="sequential protocol: edits per editor call")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
@@ -74,7 +78,7 @@ def main() -> None:
                 continue  # the unedited model does not depend on the protocol
             method, flags = METHODS[name]
             directory = root / f"{protocol}-{name}"
-            cli_args = command(method, flags, args.model, protocol, args.limit, directory)
+            cli_args = command(method, flags, args.model, protocol, args.limit, args.edit_batch_size, directory)
             print("lightning-edit validate " + " ".join(cli_args), file=sys.stderr)
             start = time.perf_counter()
             cli = build_cli(["validate", *cli_args])
