@@ -25,6 +25,7 @@ import lightning_edit.data  # noqa: F401  (registers the benchmarks for short na
 import lightning_edit.data.toy_corpus  # noqa: F401  (ToyCorpus, the pretraining corpus)
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
 import lightning_edit.pretraining  # noqa: F401  (CausalLMPretraining)
+from lightning_edit.data.base import EditDataModule
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.results import markdown_table, write_results
 
@@ -45,6 +46,11 @@ class EditCLI(LightningCLI):
         counts = {"cases": len(self.datamodule.cases), "skipped_records": self.datamodule.skipped}
         directory = Path(self.trainer.log_dir or self.trainer.default_root_dir)
         path = write_results(directory, self.model.results, config, counts)
+        figures = self.datamodule.figures(self.model.results) if isinstance(self.datamodule, EditDataModule) else {}
+        for name, figure in figures.items():
+            figure.savefig(directory / f"{name}.png", dpi=120)
+            if hasattr(self.trainer.logger, "log_image"):
+                self.trainer.logger.log_image(key=name, images=[figure])
         rank_zero_info(f"\n{markdown_table(self.model.results)}\n\nresults written to {path}")
 
 

@@ -1,5 +1,6 @@
 """Benchmarks: one small :class:`EditDataModule` per dataset, yielding :class:`EditCase` batches."""
 
+from lightning_edit.data.bake import BAKE
 from lightning_edit.data.base import DataFormatError, EditDataModule
 from lightning_edit.data.counterfact import CounterFact
 from lightning_edit.data.edit_training import EditTraining
@@ -7,6 +8,7 @@ from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.data.zsre import ZsRE
 
 __all__ = [
+    "BAKE",
     "CounterFact",
     "DataFormatError",
     "EditCase",

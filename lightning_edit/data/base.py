@@ -179,6 +179,14 @@ class EditDataModule(LightningDataModule, ABC):
                 cases = [cases[i] for i in positions]
         self.cases = cases
 
+    def derived_metrics(self, results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Metrics computed from the aggregates of others at the end of a run (e.g. BAKE's S); none by default."""
+        return {}
+
+    def figures(self, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The benchmark's own plots of a run's results, name -> matplotlib figure; none by default."""
+        return {}
+
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.cases, batch_size=self.batch_size, shuffle=False, collate_fn=list)
 

@@ -77,15 +77,8 @@ class CounterFact(EditDataModule):
         return [read_case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
 
     def _rome_case(self, reader: RecordReader) -> EditCase:
-        rewrite = reader.get("requested_rewrite", dict)
-        subject = reader.string("requested_rewrite.subject")
-        new = reader.answer("requested_rewrite.target_new")
-        true = reader.answer("requested_rewrite.target_true")
-        extra = _rest(rewrite, _REWRITE_KEYS) | _rest(reader.record, _ROME_KEYS)
-        for name in ("target_new", "target_true"):
-            if isinstance(rewrite[name], dict) and "id" in rewrite[name]:
-                extra[f"{name}_id"] = rewrite[name]["id"]
-        request = EditRequest(reader.template("requested_rewrite.prompt", subject), subject, new, true, extra)
+        request = rome_request(reader, _ROME_KEYS)
+        new, true = request.target_new, request.target_true
         groups = _groups(request, reader.strings("paraphrase_prompts"), reader.strings("neighborhood_prompts"), true)
         groups["attribute"] = PromptGroup.shared_answer(reader.strings("attribute_prompts"), new, true)
         if self.generation:
@@ -104,6 +97,19 @@ class CounterFact(EditDataModule):
             reader.answer("locality_ground_truth"),
         )
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
+
+
+def rome_request(reader: RecordReader, record_keys: set[str]) -> EditRequest:
+    """The ``requested_rewrite`` of a ROME-format record; fields outside ``record_keys`` are kept as extras."""
+    rewrite = reader.get("requested_rewrite", dict)
+    subject = reader.string("requested_rewrite.subject")
+    new = reader.answer("requested_rewrite.target_new")
+    true = reader.answer("requested_rewrite.target_true")
+    extra = _rest(rewrite, _REWRITE_KEYS) | _rest(reader.record, record_keys)
+    for name in ("target_new", "target_true"):
+        if isinstance(rewrite[name], dict) and "id" in rewrite[name]:
+            extra[f"{name}_id"] = rewrite[name]["id"]
+    return EditRequest(reader.template("requested_rewrite.prompt", subject), subject, new, true, extra)
 
 
 def _groups(

@@ -11,7 +11,13 @@ Score kinds (the conventions are documented once, in :mod:`lightning_edit.metric
 - ``token_acc``: teacher-forced token accuracy of the expected answer (EasyEdit ``rewrite_acc``; ROME's zsRE);
 - ``agreement``: share of argmax tokens along the expected answer equal to those of the unedited model
   (EasyEdit locality);
-- ``entropy``: weighted bi/tri-gram entropy of a text generated from the prompt (ROME's GE).
+- ``entropy``: weighted bi/tri-gram entropy of a text generated from the prompt (ROME's GE);
+- ``logprob``: mean per-token log-probability of the expected answer (BAKE's log-probability analysis).
+
+Two group options concern the unedited model: ``pre_edit_filter`` keeps a prompt only if the unedited model
+preferred the alternative (the original answer) over the expected one (BAKE's filter for reverse prompts; the
+prompts left out are counted as ``<group>_filtered``), and ``pre_edit`` also reports the group's metrics as scored
+on the unedited model, under ``<metric>_pre``.
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-ScoreKind = Literal["prob", "token_acc", "agreement", "entropy"]
-SCORE_KINDS: tuple[str, ...] = ("prob", "token_acc", "agreement", "entropy")
+ScoreKind = Literal["prob", "token_acc", "agreement", "entropy", "logprob"]
+SCORE_KINDS: tuple[str, ...] = ("prob", "token_acc", "agreement", "entropy", "logprob")
 
 
 @dataclass(frozen=True)
@@ -61,12 +67,16 @@ class PromptGroup:
         alternatives: per prompt, the competing answer for probability comparison (None if the group has no
             ``prob`` metric).
         metrics: score kind -> reported metric name, e.g. ``{"prob": "ES", "token_acc": "rewrite_acc"}``.
+        pre_edit_filter: score a prompt only if the unedited model preferred its alternative (BAKE).
+        pre_edit: also report the metrics as scored on the unedited model, as ``<metric>_pre``.
     """
 
     prompts: tuple[str, ...]
     expected: tuple[str, ...]
     alternatives: tuple[str, ...] | None = None
     metrics: dict[str, str] = field(default_factory=dict, hash=False)
+    pre_edit_filter: bool = False
+    pre_edit: bool = False
 
     def __post_init__(self) -> None:
         if len(self.expected) != len(self.prompts):
@@ -76,17 +86,23 @@ class PromptGroup:
         unknown = set(self.metrics) - set(SCORE_KINDS)
         if unknown:
             raise ValueError(f"unknown score kinds {sorted(unknown)}; known: {list(SCORE_KINDS)}")
-        if "prob" in self.metrics and self.alternatives is None:
-            raise ValueError("a group scored by probability comparison ('prob') needs alternatives")
+        if ("prob" in self.metrics or self.pre_edit_filter) and self.alternatives is None:
+            raise ValueError("a group scored by probability comparison or filtered before editing needs alternatives")
 
     @classmethod
     def shared_answer(
-        cls, prompts: list[str] | tuple[str, ...], expected: str, alternative: str | None = None, **metrics: str
+        cls,
+        prompts: list[str] | tuple[str, ...],
+        expected: str,
+        alternative: str | None = None,
+        pre_edit_filter: bool = False,
+        pre_edit: bool = False,
+        **metrics: str,
     ) -> PromptGroup:
         """A group whose prompts all share one expected answer (and one alternative)."""
         prompts = tuple(prompts)
         alternatives = None if alternative is None else (alternative,) * len(prompts)
-        return cls(prompts, (expected,) * len(prompts), alternatives, dict(metrics))
+        return cls(prompts, (expected,) * len(prompts), alternatives, dict(metrics), pre_edit_filter, pre_edit)
 
 
 @dataclass(frozen=True)

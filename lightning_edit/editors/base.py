@@ -32,7 +32,9 @@ import torch
 from lightning import LightningModule
 from torch import nn
 
+from lightning_edit.data.base import EditDataModule
 from lightning_edit.data.schema import EditCase, EditRequest
+from lightning_edit.editors.in_context import InContext, InContextPrompts
 from lightning_edit.evaluation import CaseScorer, Reference, Scores, ScoringConfig
 from lightning_edit.metrics import CONVENTIONS, PromptMean
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
@@ -52,6 +54,8 @@ class EditorModule(LightningModule, ABC):
         eval_at: sequential protocol: also score the first n cases right after the n-th edit, for each n.
         scoring: how evaluation prompts are scored (batch size, chat template, generation settings).
         output_dir: where ``fit`` saves the edited model; default ``<log dir>/edited_model``.
+        in_context: also write the new fact (and retrieved demonstrations) before every evaluation prompt, on top
+            of the weight edit (IKE/PROMPT prompting; :mod:`lightning_edit.editors.in_context`).
     """
 
     #: False for methods that never change weights (the baseline, in-context editors): cases are then scored together.
@@ -65,6 +69,7 @@ class EditorModule(LightningModule, ABC):
         eval_at: list[int] | None = None,
         scoring: ScoringConfig | None = None,
         output_dir: str | None = None,
+        in_context: InContext | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -75,6 +80,8 @@ class EditorModule(LightningModule, ABC):
         self.protocol, self.edit_batch_size, self.eval_at = protocol, edit_batch_size, sorted(eval_at or [])
         self.scoring = scoring or ScoringConfig()
         self.output_dir = output_dir
+        self.in_context = in_context
+        self._contexts: dict[int, str] = {}  # case id -> in-context text, built before any edit
         self.metrics = nn.ModuleDict()
         self.metric_kinds: dict[str, str] = {}
         self.results: dict[str, dict[str, Any]] = {}
@@ -127,6 +134,7 @@ class EditorModule(LightningModule, ABC):
         """Sequential protocol: apply every case cumulatively (scoring the prefixes in ``eval_at``)."""
         scorer = self._scorer()
         reference = scorer.reference(cases)
+        self._update_metrics(scorer.score_unedited(cases, reference, self.scoring.pre_edit))
         snapshot = WeightSnapshot(self.model, self.edited_parameters(self._requests(cases)))
         self._sequential = (snapshot, reference)
         for start in range(0, len(cases), self.edit_batch_size):
@@ -134,7 +142,7 @@ class EditorModule(LightningModule, ABC):
             self.apply_edits(self._requests(chunk))
             for n in self.eval_at:
                 if start < n <= start + len(chunk):
-                    self._update_metrics(scorer.score(cases[:n], reference), suffix=f"@{n}")
+                    self._update_metrics(scorer.score(cases[:n], reference, self._contexts), suffix=f"@{n}")
 
     def on_fit_start(self) -> None:
         """Closed-form editing: apply every training case, save the edited model, and end the fit."""
@@ -157,6 +165,8 @@ class EditorModule(LightningModule, ABC):
 
     def _start(self, cases: list[EditCase]) -> None:
         self.check_cases(cases)  # every case, on every process, before any weight changes
+        if self.in_context is not None:
+            self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer).contexts(cases)
         if self.protocol == "sequential":
             self._apply_sequentially(cases)
 
@@ -169,16 +179,17 @@ class EditorModule(LightningModule, ABC):
     def validation_step(self, batch: list[EditCase], batch_idx: int) -> None:
         scorer = self._scorer()
         if self._sequential is not None:
-            self._update_metrics(scorer.score(batch, self._sequential[1]))
+            self._update_metrics(scorer.score(batch, self._sequential[1], self._contexts))
             return
         reference = scorer.reference(batch)
+        self._update_metrics(scorer.score_unedited(batch, reference, self.scoring.pre_edit))
         if self.protocol == "single" and self.edits_weights:
             edit_groups = [[case] for case in batch]
         else:
             edit_groups = [batch]
         for cases in edit_groups:
             with self.edits_applied(self._requests(cases)):
-                scores = scorer.score(cases, reference)
+                scores = scorer.score(cases, reference, self._contexts)
             self._update_metrics(scores)
 
     def test_step(self, batch: list[EditCase], batch_idx: int) -> None:
@@ -199,9 +210,13 @@ class EditorModule(LightningModule, ABC):
         for name, metric in self.metrics.items():
             result = metric.compute()
             self.results[name] = {**result, "kind": self.metric_kinds[name], "convention": metric.convention}
+            metric.reset()
+        datamodule = self.trainer.datamodule
+        if isinstance(datamodule, EditDataModule):
+            self.results.update(datamodule.derived_metrics(self.results))
+        for name, result in self.results.items():
             for aggregation in ("macro", "micro"):
                 self.log(f"val/{name}_{aggregation}", float(result[aggregation]))
-            metric.reset()
         if self._sequential is not None:
             self._sequential[0].restore()
             self.on_edits_restored()

@@ -14,6 +14,10 @@ CONVENTIONS = {
     "ROME zsRE)",
     "agreement": "share of argmax tokens along the expected answer equal to the unedited model's (EasyEdit locality)",
     "entropy": "weighted bi/tri-gram entropy H2/3 + 2*H3/3 (bits) of prompt + generated text (ROME GE)",
+    "logprob": "mean per-token log-probability (nats) of the expected answer after prompt + ' ' (BAKE Figure 3)",
+    "filtered": "1 if the prompt was left out because the unedited model did not prefer the original answer "
+    "(BAKE's pre-edit filter of reverse prompts)",
+    "derived": "computed from the aggregates of other metrics, aggregation by aggregation (see the metric's formula)",
 }
 
 # short labels for tables
@@ -22,6 +26,9 @@ CONVENTION_LABELS = {
     "token_acc": "token accuracy",
     "agreement": "argmax agreement",
     "entropy": "n-gram entropy",
+    "logprob": "log-probability",
+    "filtered": "left out by the pre-edit filter",
+    "derived": "derived",
 }
 
 __all__ = ["CONVENTIONS", "CONVENTION_LABELS", "PromptMean", "aggregate", "ngram_entropy", "unique_scores", "words"]
