@@ -20,6 +20,7 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import PreTrainedTokenizerFast
 
 import lightning_edit.editors.base as editor_base
+from lightning_edit.cli import build_cli
 from lightning_edit.data import BAKE, DataFormatError
 from lightning_edit.editors import EditorModule
 from lightning_edit.models.loading import ModelSource
@@ -254,3 +255,32 @@ def test_toy_bake_file_loads(tmp_path):
     data.setup()
     assert len(data.cases) == 100
     assert {"rewrite", "paraphrase", "neighborhood", "reverse_qa", "reverse_judge"} <= set(data.cases[0].groups)
+
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def test_toy_reversal_curse(tmp_path):
+    """On toy BAKE, ROME edits the forward direction only; in-context editing reaches the reverse question."""
+
+    def validate_cli(*args: str) -> dict:
+        common = [f"--config={CONFIGS / 'benchmarks/bake.yaml'}", "--data.limit=12", "--trainer.logger=false"]
+        common += [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false"]
+        return build_cli(["validate", *args, *common]).model.results
+
+    rome = validate_cli(
+        f"--config={CONFIGS / 'methods/rome.yaml'}",
+        f"--config={CONFIGS / 'models/toy-gpt2.yaml'}",
+        f"--model.stats.cache_dir={tmp_path / 'stats'}",
+    )
+    ike = validate_cli(
+        f"--config={CONFIGS / 'methods/ike.yaml'}",
+        "--model.lm.path=builtin:models/toy-gpt2",
+        "--model.in_context.pool=builtin:data/toy/counterfact.json",
+        "--model.in_context.retriever=lexical",
+        "--model.in_context.demonstrations=2",
+    )
+    assert rome["ES"]["macro"] >= 0.75 and rome["RQS"]["macro"] == 0.0, rome
+    assert ike["RQS"]["macro"] >= 0.3, ike
+    assert rome["RQ_logprob_new"]["macro"] == pytest.approx(rome["RQ_logprob_new_pre"]["macro"], abs=0.1)
+    assert (tmp_path / "bake_logprob.png").stat().st_size > 0  # the log directory, as results.json
