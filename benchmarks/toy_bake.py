@@ -26,7 +26,8 @@ from lightning_edit.cli import build_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "builtin:data/toy/counterfact.json"
-METRICS = ("ES", "GS", "LS", "RQS", "RJS", "RQ_logprob_true_pre", "RQ_logprob_true", "RQ_logprob_new_pre", "RQ_logprob_new")
+METRICS = ("ES", "GS", "LS", "RQS", "RJS")
+LOGPROBS = ("RQ_logprob_true_pre", "RQ_logprob_true", "RQ_logprob_new_pre", "RQ_logprob_new")
 
 
 def rows(k: int) -> dict[str, tuple[str, bool, list[str]]]:
@@ -70,10 +71,10 @@ def main() -> None:
         cli = build_cli(["validate", *cli_args])
         results.append((name, cli.model.results, time.perf_counter() - start))
     print(f"\n{args.model}, {args.limit} toy BAKE-Q&J edits (macro means; runs in {root})\n")
-    print("| method | " + " | ".join(METRICS) + " | seconds |")
-    print("|---|" + "---|" * len(METRICS) + "---|")
+    print("| method | " + " | ".join(METRICS + LOGPROBS) + " | seconds |")
+    print("|---|" + "---|" * len(METRICS + LOGPROBS) + "---|")
     for name, metrics, seconds in results:
-        values = " | ".join(f"{metrics[m]['macro']:.3f}" if m in metrics else "-" for m in METRICS)
+        values = " | ".join(f"{metrics[m]['macro']:.3f}" if m in metrics else "-" for m in METRICS + LOGPROBS)
         print(f"| {name} | {values} | {seconds:.0f} |")
     (root / "table.json").write_text(
         json.dumps([{"method": n, "metrics": r, "seconds": s} for n, r, s in results], indent=1, default=str)
