@@ -7,8 +7,9 @@ Each row is one ``lightning-edit validate`` run, in-process, of ``configs/method
 preset for weight editors) + ``configs/benchmarks/bake.yaml`` on ``builtin:data/toy/bake_qa.json``, the command
 printed on stderr. IKE retrieves ``--demonstrations`` demonstrations (lexical retrieval, no download) from the toy
 CounterFact file, whose facts are other edits of the same world; "ROME + IKE" prompts the ROME-edited model the
-same way (BAKE §6.2). Metrics are macro means of the paper's probability comparison; RQS counts only cases whose
-reverse question the unedited model answered with the original answer (the paper's filter).
+same way and "ROME + PROMPT" with the new fact alone (BAKE §6.2). Metrics are macro means of the paper's
+probability comparison; RQS counts only cases whose reverse question the unedited model answered with the original
+answer (the paper's filter).
 """
 
 import argparse
@@ -41,6 +42,7 @@ def rows(k: int) -> dict[str, tuple[str, bool, list[str]]]:
         "AlphaEdit": ("alphaedit", True, ["--model.protocol=single", "--model.nullspace_threshold=0.5"]),
         "PROMPT": ("prompt", False, []),
         "IKE": ("ike", False, ike),
+        "ROME + PROMPT": ("rome", True, ["--model.in_context.demonstrations=0"]),
         "ROME + IKE": ("rome", True, ike),
     }
 

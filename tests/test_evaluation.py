@@ -421,3 +421,11 @@ def test_hand_means_are_the_documented_values():
     assert POST_MEANS["rewrite_acc"] == (0.625, 0.625)
     assert POST_MEANS["PS"] == (0.75, pytest.approx(2 / 3))
     assert POST_MEANS["NS"] == (pytest.approx(2 / 3), 0.75)
+
+
+def test_unedited_scores_are_reported_under_pre_names(tokenizer):
+    unedited = scorer(UNEDITED, tokenizer)
+    reference = unedited.reference(CASES)
+    every = unedited.score_unedited(CASES, reference, every_group=True)
+    assert as_sorted(every) == {f"{name}_pre": value for name, value in expected_scores(PRE).items()}
+    assert unedited.score_unedited(CASES, reference) == {}  # no group asks for it

@@ -15,7 +15,10 @@ and how it changes them (:meth:`apply_edits`). The base class runs the protocol:
 ``on_fit_start`` and saves the edited model (safetensors) with ``edits.json``, the record of the edits it holds, to
 ``output_dir``; no training step runs. Trainable editors (MEND) override this with an ordinary training loop.
 
-Locality (``agreement``) metrics compare with the model before any edit of the run. Scores feed
+Locality (``agreement``) metrics, BAKE's pre-edit filter and the ``<metric>_pre`` reports use the model before any
+edit of the run. With ``in_context``, each case's in-context text (built before any edit) is put before its
+evaluation prompts, on top of the weight edit. A benchmark may add metrics derived from the others' aggregates
+(:meth:`~lightning_edit.data.base.EditDataModule.derived_metrics`). Scores feed
 :class:`~lightning_edit.metrics.PromptMean` metrics keyed by case id, computed (and synced over processes) at the
 end of the epoch into :attr:`EditorModule.results`.
 """
