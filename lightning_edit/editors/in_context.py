@@ -10,7 +10,8 @@ answer its new target), update (a paraphrase, the new target) and retain (a neig
 answer). The k demonstrations most similar to ``New Fact: {fact}\\nPrompt: {prompt}\\n\\n`` are kept over all kinds
 (EasyEdit; the original code fixes the mix 4 copy : 12 update : 16 retain) and ordered from least to most
 similar, so that the most similar stands next to the query. With k = 0 this is PROMPT, the new fact alone.
-Demonstrations built from the case's own fact are never retrieved (the pool may be the evaluated file).
+Demonstrations about the case's own subject and relation (the same prompt template) are never retrieved: the pool
+may be the evaluated file, or hold another new object for the same fact.
 
 :class:`InContext` configures it; any editor takes one (``--model.in_context``), so weight edits compose with
 in-context prompting at evaluation (BAKE §6.2); :class:`~lightning_edit.editors.ike.IKE` is the editor that
@@ -71,6 +72,11 @@ class InContext:
 def fact(request: EditRequest) -> str:
     """The new fact as a sentence: ``{prompt} {target_new}``."""
     return f"{request.filled_prompt} {request.target_new}"
+
+
+def _about(request: EditRequest) -> tuple[str, str]:
+    """What a fact is about: its subject and relation (prompt template)."""
+    return request.subject, request.prompt
 
 
 def demonstration(new_fact: str, query: str, answer: str) -> str:
@@ -148,10 +154,10 @@ class InContextPrompts:
 
     def __init__(self, config: InContext, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
         self.config, self.model, self.tokenizer = config, model, tokenizer
-        self.pool: list[tuple[str, str]] = []  # (new fact, demonstration)
+        self.pool: list[tuple[tuple[str, str], str]] = []  # ((subject, prompt template), demonstration)
         if config.demonstrations:
             pool_cases = CounterFact(config.pool).load_cases()
-            self.pool = [(fact(case.requests[0]), text) for case in pool_cases for text in demonstrations_of(case)]
+            self.pool = [(_about(case.requests[0]), text) for case in pool_cases for text in demonstrations_of(case)]
             if len(self.pool) < config.demonstrations:
                 raise ValueError(
                     f"in_context.pool {config.pool}: {len(self.pool)} demonstrations, fewer than "
@@ -192,11 +198,14 @@ class InContextPrompts:
             ]
             similarities = self._similarities(queries)
             for row, case in enumerate(cases):
-                own = {fact(request) for request in case.requests}
+                own = {_about(request) for request in case.requests}
                 scores = similarities[row].clone()
-                scores[[i for i, (new_fact, _) in enumerate(self.pool) if new_fact in own]] = -math.inf
+                scores[[i for i, (about, _) in enumerate(self.pool) if about in own]] = -math.inf
                 if int(torch.isfinite(scores).sum()) < self.config.demonstrations:
-                    raise ValueError(f"{case.source or case.case_id}: fewer than k demonstrations of other facts")
+                    raise ValueError(
+                        f"{case.source or case.case_id}: in_context.pool has fewer than "
+                        f"{self.config.demonstrations} demonstrations about other subjects or relations"
+                    )
                 best = scores.topk(self.config.demonstrations).indices.tolist()  # most similar first
                 prefixes[case.case_id] = "".join(self.pool[i][1] for i in reversed(best))
         return {
