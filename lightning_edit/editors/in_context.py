@@ -164,6 +164,9 @@ class InContextPrompts:
                     f"in_context.demonstrations={config.demonstrations}"
                 )
             self._pool_embeddings: torch.Tensor | None = None
+            self._positions: dict[tuple[str, str], list[int]] = {}  # (subject, template) -> pool positions
+            for position, (about, _) in enumerate(self.pool):
+                self._positions.setdefault(about, []).append(position)
 
     def _similarities(self, queries: list[str]) -> torch.Tensor:
         """(Q, N) similarity of each query to each pool demonstration."""
@@ -200,7 +203,7 @@ class InContextPrompts:
             for row, case in enumerate(cases):
                 own = {_about(request) for request in case.requests}
                 scores = similarities[row].clone()
-                scores[[i for i, (about, _) in enumerate(self.pool) if about in own]] = -math.inf
+                scores[[i for about in own for i in self._positions.get(about, [])]] = -math.inf
                 if int(torch.isfinite(scores).sum()) < self.config.demonstrations:
                     raise ValueError(
                         f"{case.source or case.case_id}: in_context.pool has fewer than "
