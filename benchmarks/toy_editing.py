@@ -33,7 +33,7 @@ METHODS = {  # row name -> (method config, extra flags)
     "ROME": ("rome", []),
     "r-ROME": ("rome", ["--model.key", "prompt"]),
     "MEMIT": ("memit", []),
-    "AlphaEdit": ("alphaedit", ["--model.nullspace_threshold", "0.5"]),  # see configs/models/toy-gpt2.yaml
+    "AlphaEdit": ("alphaedit", ["--model.nullspace_threshold", "0.5", "--model.l2", "1"]),  # see configs/models/toy-gpt2.yaml
 }
 METRICS = ("ES", "PS", "NS")
 

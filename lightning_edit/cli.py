@@ -8,54 +8,43 @@
     lightning-edit validate --config ... --model NoEdit
 
 Config files merge left to right (method, then model preset, then benchmark); flags after them override.
-After ``validate`` (or ``test``) the run writes ``results.json`` and ``results.md`` to the trainer's log directory
-and prints the table.
+After ``validate`` (or ``test``) the run writes ``results.json``, ``results.md``, ``cases.jsonl`` and its plots to the
+trainer's log directory, sends them to the logger and prints the table (:mod:`lightning_edit.report`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 from lightning import LightningDataModule, LightningModule
 from lightning.pytorch.cli import ArgsType, LightningCLI
-from lightning.pytorch.utilities import rank_zero_info
 
 import lightning_edit.data  # noqa: F401  (registers the benchmarks for short names)
 import lightning_edit.data.toy_corpus  # noqa: F401  (ToyCorpus, the pretraining corpus)
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
 import lightning_edit.pretraining  # noqa: F401  (CausalLMPretraining)
-from lightning_edit.data.base import EditDataModule
-from lightning_edit.editors.base import EditorModule
-from lightning_edit.results import markdown_table, write_results
+from lightning_edit.report import RunReport
 
 
 class EditCLI(LightningCLI):
-    """LightningCLI that reports the metrics of a validate or test run."""
+    """LightningCLI that reports the metrics of a validate or test run (:class:`~lightning_edit.report.RunReport`)."""
 
-    def after_validate(self) -> None:
-        self._report()
+    def before_validate(self) -> None:
+        self._add_report()
 
-    def after_test(self) -> None:
-        self._report()
+    def before_test(self) -> None:
+        self._add_report()
 
-    def _report(self) -> None:
-        if not (self.trainer.is_global_zero and isinstance(self.model, EditorModule)):
-            return
+    def _add_report(self) -> None:
         config = yaml.safe_load(self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False))
-        counts = {"cases": len(self.datamodule.cases), "skipped_records": self.datamodule.skipped}
-        directory = Path(self.trainer.log_dir or self.trainer.default_root_dir)
-        path = write_results(directory, self.model.results, config, counts)
-        figures = self.datamodule.figures(self.model.results) if isinstance(self.datamodule, EditDataModule) else {}
-        for name, figure in figures.items():
-            figure.savefig(directory / f"{name}.png", dpi=120)
-            if hasattr(self.trainer.logger, "log_image"):
-                self.trainer.logger.log_image(key=name, images=[figure])
-        rank_zero_info(f"\n{markdown_table(self.model.results)}\n\nresults written to {path}")
+        self.trainer.callbacks.append(RunReport(config))
 
 
-def build_cli(args: ArgsType = None) -> EditCLI:
-    """Parse ``args`` (or the command line), run the subcommand and return the CLI object (for tests, notebooks)."""
+def build_cli(args: ArgsType = None, run: bool = True) -> EditCLI:
+    """Parse ``args`` (or the command line), run the subcommand and return the CLI object (for tests, notebooks).
+
+    With ``run=False`` ``args`` has no subcommand, and nothing runs: ``build_cli(["--config", "configs/quickstart.yaml"],
+    run=False).model`` is the editor the config describes, its model loaded.
+    """
     return EditCLI(
         LightningModule,  # editors (EditorModule) and trainable modules (toy pretraining, MEND)
         LightningDataModule,
@@ -65,6 +54,7 @@ def build_cli(args: ArgsType = None) -> EditCLI:
         trainer_defaults={"inference_mode": False, "enable_checkpointing": False},
         auto_configure_optimizers=False,
         args=args,
+        run=run,
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning import LightningDataModule
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from lightning_edit.data.schema import EditCase
 from lightning_edit.resources import resolve_path
@@ -130,6 +130,49 @@ class RecordReader:
         return prompt.replace(subject, "{}", 1)
 
 
+class EditBatches(Dataset):
+    """Edit cases in batches of ``batch_size`` consecutive cases; item ``i`` is the ``i``-th batch (a list of cases).
+
+    The batch, not the case, is what a distributed sampler shards, so a batch holds the same cases on any number of
+    processes and the ``batch`` protocol edits them together whatever the world size.
+    """
+
+    def __init__(self, cases: list[EditCase], batch_size: int):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.cases, self.batch_size = cases, batch_size
+
+    def __len__(self) -> int:
+        return -(-len(self.cases) // self.batch_size)
+
+    def __getitem__(self, index: int) -> list[EditCase]:
+        return self.cases[index * self.batch_size : (index + 1) * self.batch_size]
+
+
+def _unwrap(items: list[list[EditCase]]) -> list[EditCase]:
+    return items[0]
+
+
+def edit_batch_loader(cases: list[EditCase], batch_size: int) -> DataLoader:
+    """A DataLoader whose batches are lists of ``batch_size`` consecutive edit cases (see :class:`EditBatches`)."""
+    return DataLoader(EditBatches(cases, batch_size), batch_size=1, shuffle=False, collate_fn=_unwrap)
+
+
+def loader_cases(loader: DataLoader, local: bool = False) -> list[EditCase]:
+    """The edit cases of a loader: all of them, or (``local``) those its sampler gives this process, once each.
+
+    Works for :func:`edit_batch_loader` loaders and for loaders over a plain list of cases.
+    """
+    dataset = loader.dataset
+    indices = [i for batch in loader.batch_sampler for i in batch] if local else range(len(dataset))
+    cases: dict[int, EditCase] = {}
+    for index in indices:
+        item = dataset[index]
+        for case in item if isinstance(item, list) else [item]:
+            cases.setdefault(case.case_id, case)  # a distributed sampler repeats items to even out the shards
+    return list(cases.values())
+
+
 class EditDataModule(LightningDataModule, ABC):
     """A benchmark: reads edit cases from ``path`` and serves them in batches of cases.
 
@@ -137,7 +180,8 @@ class EditDataModule(LightningDataModule, ABC):
         path: the benchmark file.
         limit: keep only this many cases (quick runs); None keeps all.
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
-        batch_size: edit cases per validation step.
+        batch_size: edit cases per validation step (and per edit under the ``batch`` protocol); processes share
+            the work batch by batch.
     """
 
     def __init__(self, path: str, limit: int | None = None, sample_seed: int | None = None, batch_size: int = 8):
@@ -188,7 +232,7 @@ class EditDataModule(LightningDataModule, ABC):
         return {}
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.cases, batch_size=self.batch_size, shuffle=False, collate_fn=list)
+        return edit_batch_loader(self.cases, self.batch_size)
 
     def train_dataloader(self) -> DataLoader:
         """The cases a closed-form editor applies in ``fit`` (in file order)."""

@@ -29,7 +29,7 @@ import torch
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Sampler
 
-from lightning_edit.data.base import DataFormatError, RecordReader, read_records
+from lightning_edit.data.base import DataFormatError, RecordReader, edit_batch_loader, read_records
 from lightning_edit.data.counterfact import CounterFact
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.data.toy_world import Fact, ToyWorld
@@ -209,7 +209,7 @@ class EditTraining(LightningDataModule):
         return DataLoader(self.train_edits, batch_size=self.batch_size, sampler=self._order, collate_fn=list)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.cases, batch_size=self.val_batch_size, shuffle=False, collate_fn=list)
+        return edit_batch_loader(self.cases, self.val_batch_size)
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()

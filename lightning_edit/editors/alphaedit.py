@@ -41,7 +41,7 @@ class AlphaEdit(MEMIT):
     def prepare_statistics(self) -> None:
         """Null-space bases Û of every edited layer (cached on disk with the statistics they come from)."""
         if not self._bases:
-            moments = self.stats.second_moments(self.model, self.tokenizer, self.layers)
+            moments = self.stats.second_moments(self.model, self.tokenizer, self.layers, self.shows_progress)
             for layer in self.layers:
                 U = load_or_compute_projector(
                     moments[layer], self.nullspace_threshold, cache_dir=self.stats.cache_dir, compute=nullspace_projector

@@ -20,7 +20,13 @@ edit of the run. With ``in_context``, each case's in-context text (built before 
 evaluation prompts, on top of the weight edit. A benchmark may add metrics derived from the others' aggregates
 (:meth:`~lightning_edit.data.base.EditDataModule.derived_metrics`). Scores feed
 :class:`~lightning_edit.metrics.PromptMean` metrics keyed by case id, computed (and synced over processes) at the
-end of the epoch into :attr:`EditorModule.results`.
+end of the epoch into :attr:`EditorModule.results` (aggregates) and :attr:`EditorModule.case_scores` (per case).
+
+Several processes (``--trainer.devices N``, any strategy Lightning launches) split the dataloader's batches of
+cases between them and give exactly the numbers of one process: under ``single`` and ``batch`` each process edits
+its own copy of the model for its own batches; under ``sequential`` every process applies every edit (the same
+deterministic computation) and then takes the weights of process 0, so all hold one edited model, and scores its
+own batches. A case the distributed sampler repeats is counted once.
 """
 
 from __future__ import annotations
@@ -32,10 +38,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import torch.distributed as dist
 from lightning import LightningModule
 from torch import nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
 
-from lightning_edit.data.base import EditDataModule
+from lightning_edit.data.base import EditDataModule, loader_cases
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContext, InContextPrompts
 from lightning_edit.evaluation import CaseScorer, Reference, Scores, ScoringConfig
@@ -88,6 +97,7 @@ class EditorModule(LightningModule, ABC):
         self.metrics = nn.ModuleDict()
         self.metric_kinds: dict[str, str] = {}
         self.results: dict[str, dict[str, Any]] = {}
+        self.case_scores: dict[str, dict[int, float]] = {}  # metric -> case id -> mean over the case's prompts
         self._sequential: tuple[WeightSnapshot, Reference] | None = None  # (snapshot, pre-edit reference)
 
     @abstractmethod
@@ -133,26 +143,59 @@ class EditorModule(LightningModule, ABC):
     def _scorer(self) -> CaseScorer:
         return CaseScorer(self.model, self.tokenizer, self.scoring)
 
-    def _apply_sequentially(self, cases: list[EditCase]) -> None:
-        """Sequential protocol: apply every case cumulatively (scoring the prefixes in ``eval_at``)."""
+    @property
+    def shows_progress(self) -> bool:
+        """Whether long loops show a progress bar: on process 0, when the trainer shows its own (the default)."""
+        if self._trainer is None:
+            return True
+        return self.trainer.is_global_zero and self.trainer.progress_bar_callback is not None
+
+    def _progress(self, total: int, description: str) -> tqdm:
+        return tqdm(total=total, desc=description, unit="case", disable=not self.shows_progress, leave=False)
+
+    def _apply_in_order(self, cases: list[EditCase], description: str) -> Iterator[int]:
+        """Apply ``cases`` cumulatively, ``edit_batch_size`` per editor call; yields the number applied so far."""
+        with self._progress(len(cases), description) as bar:
+            for start in range(0, len(cases), self.edit_batch_size):
+                chunk = cases[start : start + self.edit_batch_size]
+                self.apply_edits(self._requests(chunk))
+                bar.update(len(chunk))
+                yield start + len(chunk)
+
+    def _share_weights(self, names: list[str]) -> None:
+        """Give every process the values of ``names`` on process 0 (a no-op on one process)."""
+        if self.trainer.world_size > 1:
+            for name in names:
+                parameter = self.model.get_parameter(name)
+                parameter.data.copy_(self.trainer.strategy.broadcast(parameter.data, src=0))
+
+    def _apply_sequentially(self, cases: list[EditCase], local: list[EditCase]) -> None:
+        """Sequential protocol: apply every case cumulatively, scoring the prefixes in ``eval_at``.
+
+        ``local`` are the cases this process scores; every process applies all of ``cases``.
+        """
         scorer = self._scorer()
-        reference = scorer.reference(cases)
-        self._update_metrics(scorer.score_unedited(cases, reference, self.scoring.pre_edit))
-        snapshot = WeightSnapshot(self.model, self.edited_parameters(self._requests(cases)))
-        self._sequential = (snapshot, reference)
-        for start in range(0, len(cases), self.edit_batch_size):
-            chunk = cases[start : start + self.edit_batch_size]
-            self.apply_edits(self._requests(chunk))
+        reference = scorer.reference(local)
+        self._update_metrics(scorer.score_unedited(local, reference, self.scoring.pre_edit))
+        names = self.edited_parameters(self._requests(cases))
+        self._sequential = (WeightSnapshot(self.model, names), reference)
+        positions = {case.case_id: position for position, case in enumerate(cases)}
+        previous = 0
+        for applied in self._apply_in_order(cases, "sequential edits"):
             for n in self.eval_at:
-                if start < n <= start + len(chunk):
-                    self._update_metrics(scorer.score(cases[:n], reference, self._contexts), suffix=f"@{n}")
+                if previous < n <= applied:
+                    self._share_weights(names)
+                    prefix = [case for case in local if positions[case.case_id] < n]
+                    self._update_metrics(scorer.score(prefix, reference, self._contexts), suffix=f"@{n}")
+            previous = applied
+        self._share_weights(names)
 
     def on_fit_start(self) -> None:
         """Closed-form editing: apply every training case, save the edited model, and end the fit."""
-        cases = list(self.trainer.datamodule.train_dataloader().dataset)  # every case, on every process
+        cases = loader_cases(self.trainer.datamodule.train_dataloader())  # every case, on every process
         self.check_cases(cases)
-        for start in range(0, len(cases), self.edit_batch_size):
-            self.apply_edits(self._requests(cases[start : start + self.edit_batch_size]))
+        for _ in self._apply_in_order(cases, "edits"):
+            pass
         if self.trainer.is_global_zero:
             log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
             directory = Path(self.output_dir) if self.output_dir else log_dir / "edited_model"
@@ -166,18 +209,19 @@ class EditorModule(LightningModule, ABC):
     def configure_optimizers(self) -> None:
         return None  # nothing is trained
 
-    def _start(self, cases: list[EditCase]) -> None:
+    def _start(self, loader: DataLoader) -> None:
+        cases = loader_cases(loader)
         self.check_cases(cases)  # every case, on every process, before any weight changes
-        if self.in_context is not None:
+        if self.in_context is not None:  # every case, so that a case the pool cannot serve stops every process
             self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer).contexts(cases)
         if self.protocol == "sequential":
-            self._apply_sequentially(cases)
+            self._apply_sequentially(cases, loader_cases(loader, local=True))
 
     def on_validation_start(self) -> None:
-        self._start(list(self.trainer.val_dataloaders.dataset))
+        self._start(self.trainer.val_dataloaders)
 
     def on_test_start(self) -> None:
-        self._start(list(self.trainer.test_dataloaders.dataset))
+        self._start(self.trainer.test_dataloaders)
 
     def validation_step(self, batch: list[EditCase], batch_idx: int) -> None:
         scorer = self._scorer()
@@ -200,18 +244,37 @@ class EditorModule(LightningModule, ABC):
 
     def _update_metrics(self, scores: Scores, suffix: str = "") -> None:
         for name, (kind, rows) in scores.items():
-            name += suffix
-            if name not in self.metrics:
-                self.metrics[name] = PromptMean(CONVENTIONS[kind]).to(self.device)
-                self.metric_kinds[name] = kind
-            if rows:
-                case_ids, prompt_ids, values = zip(*rows)
-                self.metrics[name].update(torch.tensor(case_ids), torch.tensor(prompt_ids), torch.tensor(values))
+            case_ids, prompt_ids, values = zip(*rows) if rows else ((), (), ())
+            self._metric(name + suffix, kind).update(
+                torch.tensor(case_ids, dtype=torch.long),
+                torch.tensor(prompt_ids, dtype=torch.long),
+                torch.tensor(values, dtype=torch.double),
+            )
+
+    def _metric(self, name: str, kind: str) -> PromptMean:
+        if name not in self.metrics:
+            self.metrics[name] = PromptMean(CONVENTIONS[kind]).to(self.device)
+            self.metric_kinds[name] = kind
+        return self.metrics[name]
+
+    def _metric_names(self) -> list[str]:
+        """The metrics of every process, in one order on all of them (a process may not have scored some)."""
+        names = list(self.metric_kinds.items())
+        if self.trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            gathered: list[list[tuple[str, str]]] = [[] for _ in range(dist.get_world_size())]
+            dist.all_gather_object(gathered, names)
+            names = list(dict.fromkeys(pair for rank_names in gathered for pair in rank_names))
+        for name, kind in names:
+            if name not in self.metrics:  # give it an empty update: the states of every process then share dtypes
+                self._update_metrics({name: (kind, [])})
+        return sorted((name for name, _ in names), key=lambda name: ("@" in name, name.endswith("_pre")))
 
     def on_validation_epoch_end(self) -> None:
-        self.results = {}
-        for name, metric in self.metrics.items():
-            result = metric.compute()
+        self.results, self.case_scores = {}, {}
+        for name in self._metric_names():
+            metric = self.metrics[name]
+            result = dict(metric.compute())
+            self.case_scores[name] = result.pop("case_means")
             self.results[name] = {**result, "kind": self.metric_kinds[name], "convention": metric.convention}
             metric.reset()
         datamodule = self.trainer.datamodule
@@ -219,7 +282,8 @@ class EditorModule(LightningModule, ABC):
             self.results.update(datamodule.derived_metrics(self.results))
         for name, result in self.results.items():
             for aggregation in ("macro", "micro"):
-                self.log(f"val/{name}_{aggregation}", float(result[aggregation]))
+                # equal on every process already (the metrics synced); sync_dist only keeps Lightning from warning
+                self.log(f"val/{name}_{aggregation}", float(result[aggregation]), sync_dist=True)
         if self._sequential is not None:
             self._sequential[0].restore()
             self.on_edits_restored()

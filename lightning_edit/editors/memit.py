@@ -76,7 +76,7 @@ class MEMIT(EditorModule):
     def prepare_statistics(self) -> None:
         """Load (or compute) the key statistics of every edited layer, from the unedited model."""
         if not self._covariances:
-            moments = self.stats.second_moments(self.model, self.tokenizer, self.layers)
+            moments = self.stats.second_moments(self.model, self.tokenizer, self.layers, self.shows_progress)
             self._covariances = {layer: CovarianceFactor(moments[layer].mean()) for layer in self.layers}
 
     def solve(self, layer: int, K: Tensor, R: Tensor) -> Tensor:

@@ -82,8 +82,8 @@ class ROME(EditorModule):
     def covariance(self) -> CovarianceFactor | None:
         """C of the edited layer (Cholesky-factored once), from the unedited model; None without mom2."""
         if self.mom2_adjustment and self._covariance is None:
-            moment = self.stats.second_moments(self.model, self.tokenizer, [self.layer])[self.layer]
-            self._covariance = CovarianceFactor(moment.mean())
+            moments = self.stats.second_moments(self.model, self.tokenizer, [self.layer], self.shows_progress)
+            self._covariance = CovarianceFactor(moments[self.layer].mean())
         return self._covariance
 
     def apply_edits(self, requests: list[EditRequest]) -> None:

@@ -8,7 +8,8 @@ Papers and reference code disagree on how to average, so :class:`PromptMean` rep
 
 States are ``cat`` lists of (case id, prompt index, score), so they sync across processes, and a prompt the
 distributed sampler padded in twice is counted once. The result does not depend on the number of processes:
-rows are sorted by (case id, prompt index) before any sum.
+rows are sorted by (case id, prompt index) before any sum. Every process must call :meth:`PromptMean.update` at
+least once, with empty tensors if it has no scores, so that the gathered states have one dtype.
 """
 
 from __future__ import annotations
@@ -97,10 +98,14 @@ class PromptMean(Metric):
         self.prompt_ids.append(prompt_ids.long().to(self.device))
         self.scores.append(scores.double().to(self.device))
 
-    def compute(self) -> dict[str, float | int | list[float]]:
-        if not self.case_ids:
-            return aggregate(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.double))
-        case_ids, scores = unique_scores(
-            dim_zero_cat(self.case_ids).cpu(), dim_zero_cat(self.prompt_ids).cpu(), dim_zero_cat(self.scores).cpu()
-        )
-        return aggregate(case_ids, scores)
+    def compute(self) -> dict[str, float | int | list[float] | dict[int, float]]:
+        """The aggregates of :func:`aggregate`, and ``case_means``: case id -> mean of its prompts' scores."""
+        if isinstance(self.case_ids, list) and not self.case_ids:  # never updated (a list before sync, then a tensor)
+            case_ids, scores = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.double)
+        else:
+            case_ids, scores = unique_scores(
+                dim_zero_cat(self.case_ids).cpu(), dim_zero_cat(self.prompt_ids).cpu(), dim_zero_cat(self.scores).cpu()
+            )
+        cases, counts = torch.unique_consecutive(case_ids, return_counts=True)
+        means = [float(chunk.sum() / len(chunk)) for chunk in scores.split(counts.tolist())]  # as in aggregate
+        return {**aggregate(case_ids, scores), "case_means": dict(zip(cases.tolist(), means))}

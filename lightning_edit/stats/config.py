@@ -32,9 +32,10 @@ class KeyStatistics:
     cache_dir: str | None = None
 
     def second_moments(
-        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, layers: list[int]
+        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, layers: list[int], progress: bool = True
     ) -> dict[int, SecondMoment]:
-        """``{layer: SecondMoment}`` from the cache, or from one forward pass over the corpus."""
+        """``{layer: SecondMoment}`` from the cache, or from one forward pass over the corpus (``progress``: show a
+        progress bar)."""
         if self.corpus is None:
             raise ValueError("this editor needs key statistics: set stats.corpus (a .txt/.jsonl file or hf:<name>)")
         corpus = self.corpus if self.corpus.startswith("hf:") else str(resolve_path(self.corpus))
@@ -47,4 +48,5 @@ class KeyStatistics:
             max_length=self.max_length,
             batch_size=self.batch_size,
             cache_dir=self.cache_dir,
+            progress=progress,
         )

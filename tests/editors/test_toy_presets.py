@@ -12,7 +12,7 @@ import pytest
 from lightning_edit.cli import build_cli
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-METHODS = {"rome": [], "memit": [], "alphaedit": ["--model.nullspace_threshold=0.5"]}  # see toy-gpt2.yaml
+METHODS = {"rome": [], "memit": [], "alphaedit": ["--model.nullspace_threshold=0.5", "--model.l2=1"]}  # see toy-gpt2.yaml
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

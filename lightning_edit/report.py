@@ -1,0 +1,137 @@
+"""What an editor's validate or test run reports, written by process 0 at the end of the run.
+
+Into the trainer's log directory: ``results.json`` and ``results.md`` (:mod:`lightning_edit.results`),
+``cases.jsonl`` (one line per edit case: its requests and its mean score on every metric) and the plots (PNG): the
+benchmark's own (:meth:`~lightning_edit.data.base.EditDataModule.figures`) and, for a sequential run with
+``eval_at``, ``retention`` (each metric against the number of edits applied). To every logger of the trainer: the
+resolved config, the per-case table (``log_table``) and the plots (``log_image``), where the logger takes them (W&B
+does); the scalar metrics are logged by the editor itself (``val/<metric>_<macro|micro>``).
+
+It runs inside the processes Lightning launches, so the report is the same with any number of devices and any
+strategy (``ddp_spawn`` included, whose main process never sees the results).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info
+
+from lightning_edit.data.base import EditDataModule
+from lightning_edit.data.schema import EditCase
+from lightning_edit.editors.base import EditorModule
+from lightning_edit.results import markdown_table, write_results
+
+# config keys whose values are never written or logged (secrets belong in the environment)
+SECRET_KEY = re.compile(r"(api_?key|secret|password|access_token|auth_token)$", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def redact(config: Any) -> Any:
+    """``config`` with the value of every secret-looking key replaced by ``<redacted>``."""
+    if isinstance(config, dict):
+        return {k: REDACTED if SECRET_KEY.search(str(k)) and v is not None else redact(v) for k, v in config.items()}
+    if isinstance(config, list):
+        return [redact(item) for item in config]
+    return config
+
+
+def case_rows(cases: list[EditCase], case_scores: dict[str, dict[int, float]]) -> list[dict[str, Any]]:
+    """One row per scored case: id, source, requests and ``{metric: mean score of the case's prompts}``."""
+    rows = []
+    for case in cases:
+        scores = {name: values[case.case_id] for name, values in case_scores.items() if case.case_id in values}
+        if scores:
+            requests = [
+                {
+                    "prompt": r.filled_prompt,
+                    "subject": r.subject,
+                    "target_new": r.target_new,
+                    "target_true": r.target_true,
+                }
+                for r in case.requests
+            ]
+            rows.append({"case_id": case.case_id, "source": case.source, "requests": requests, "scores": scores})
+    return rows
+
+
+def retention_figure(results: dict[str, dict[str, Any]], n_edits: int):
+    """Each metric's macro mean against the number of edits applied (``<metric>@<n>`` and the final value)."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for name, result in results.items():
+        base, _, n = name.rpartition("@")
+        if base and n.isdigit() and base in results:
+            curves.setdefault(base, []).append((int(n), result["macro"]))
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(5, 3.5))
+    for base, points in curves.items():
+        points = sorted(points + [(n_edits, results[base]["macro"])])
+        axes.plot([n for n, _ in points], [v for _, v in points], marker="o", label=base)
+    axes.set_xlabel("edits applied")
+    axes.set_ylabel("macro mean")
+    axes.set_title("Sequential editing: scores of the edits so far")
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    return figure
+
+
+class RunReport(Callback):
+    """Writes and logs the report of an editor's validate/test run (see the module docstring).
+
+    Args:
+        config: the resolved run config, as LightningCLI dumps it; secret-looking values are redacted.
+    """
+
+    def __init__(self, config: dict[str, Any] | None = None):
+        self.config = redact(config or {})
+
+    def on_validation_end(self, trainer: Trainer, module: LightningModule) -> None:
+        self.report(trainer, module)
+
+    def on_test_end(self, trainer: Trainer, module: LightningModule) -> None:
+        self.report(trainer, module)
+
+    def report(self, trainer: Trainer, module: LightningModule) -> None:
+        if not isinstance(module, EditorModule) or trainer.sanity_checking:
+            return
+        directory = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast: every process asks
+        if not trainer.is_global_zero:
+            return
+        datamodule = trainer.datamodule
+        cases = datamodule.cases if isinstance(datamodule, EditDataModule) else []
+        counts = {"cases": len(cases), "skipped_records": getattr(datamodule, "skipped", [])}
+        path = write_results(directory, module.results, self.config, counts)
+        rows = case_rows(cases, module.case_scores)
+        (directory / "cases.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+        figures = datamodule.figures(module.results) if isinstance(datamodule, EditDataModule) else {}
+        retention = retention_figure(module.results, len(cases))
+        if retention is not None:
+            figures["retention"] = retention
+        for name, figure in figures.items():
+            figure.savefig(directory / f"{name}.png", dpi=120)
+
+        metrics = list(module.case_scores)
+        columns = ["case_id", "subject", "prompt", "target_new", "target_true", *metrics]
+        table = [
+            [row["case_id"], *(row["requests"][0][k] for k in columns[1:5]), *(row["scores"].get(m) for m in metrics)]
+            for row in rows
+        ]
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"config": self.config})
+            if hasattr(logger, "log_table"):
+                logger.log_table(key="val/cases", columns=columns, data=table)
+            if hasattr(logger, "log_image"):
+                for name, figure in figures.items():
+                    logger.log_image(key=f"val/{name}", images=[figure])
+        rank_zero_info(f"\n{markdown_table(module.results)}\n\nresults written to {path}")

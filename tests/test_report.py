@@ -1,0 +1,72 @@
+"""The report of a validate run: results files, per-case table, plots, and what reaches W&B (offline)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_edit.cli import build_cli
+from lightning_edit.report import REDACTED, redact
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _argv(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "argv", ["lightning-edit"])
+    monkeypatch.chdir(tmp_path)
+
+
+def test_secret_values_are_redacted_at_any_depth():
+    config = {"model": {"init_args": {"judge": {"api_key": "sk-123", "api_key_env": "OPENAI_API_KEY"}}}, "x": [{}]}
+    config["trainer"] = {"logger": [{"init_args": {"password": "p", "project": "edit"}}]}
+    cleaned = redact(config)
+    assert cleaned["model"]["init_args"]["judge"] == {"api_key": REDACTED, "api_key_env": "OPENAI_API_KEY"}
+    assert cleaned["trainer"]["logger"][0]["init_args"] == {"password": REDACTED, "project": "edit"}
+    assert "sk-123" not in json.dumps(cleaned)
+
+
+def test_sequential_run_logs_metrics_table_and_plot_to_offline_wandb(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_API_KEY", "local-0123456789abcdef0123456789abcdef01234567")  # must never be written
+    try:
+        cli = build_cli(
+            [
+                "validate",
+                f"--config={ROOT / 'configs/quickstart.yaml'}",
+                "--data.limit=6",
+                "--model.protocol=sequential",
+                "--model.eval_at=[3]",
+                "--model.stats.n_samples=300",
+                f"--model.stats.cache_dir={tmp_path / 'stats'}",
+                "--trainer.logger=WandbLogger",
+                "--trainer.logger.init_args.offline=true",
+                "--trainer.logger.init_args.project=lightning-edit-test",
+                f"--trainer.logger.init_args.save_dir={tmp_path}",
+                "--trainer.enable_progress_bar=false",
+                f"--trainer.default_root_dir={tmp_path}",
+            ]
+        )
+        run = cli.trainer.logger.experiment  # wandb 0.31 keeps an offline run's summary in its .wandb log
+        summary, config = dict(run.summary), dict(run.config)
+    finally:
+        wandb.finish()
+    assert summary["val/ES_macro"] == pytest.approx(1.0) and "val/ES@3_macro" in summary and "val/NS_micro" in summary
+    assert summary["val/cases"]["_type"] == "table-file" and summary["val/retention"]["_type"] == "images/separated"
+    assert config["config"]["model"]["class_path"] == "lightning_edit.editors.ROME"
+    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
+    (table_file,) = (run_dir / "files" / "media" / "table" / "val").glob("cases_*.table.json")
+    table = json.loads(table_file.read_text())
+    assert table["columns"][:5] == ["case_id", "subject", "prompt", "target_new", "target_true"]
+    assert {"ES", "ES@3", "NS"} <= set(table["columns"]) and len(table["data"]) == 6
+    assert list((run_dir / "files" / "media" / "images" / "val").glob("retention_*.png"))
+
+    # the same report in the log directory, and no API key anywhere
+    (log_dir,) = {path.parent for path in tmp_path.rglob("results.json")}
+    assert (log_dir / "retention.png").is_file() and len((log_dir / "cases.jsonl").read_text().splitlines()) == 6
+    for path in [*run_dir.rglob("*"), *log_dir.iterdir()]:
+        if path.is_file():
+            assert b"0123456789abcdef0123456789abcdef" not in path.read_bytes(), path
