@@ -39,7 +39,11 @@ def rows(k: int) -> dict[str, tuple[str, bool, list[str]]]:
         "unedited": ("no_edit", False, []),
         "ROME": ("rome", True, []),
         "MEMIT": ("memit", True, ["--model.protocol=single"]),
-        "AlphaEdit": ("alphaedit", True, ["--model.protocol=single", "--model.nullspace_threshold=0.5"]),
+        "AlphaEdit": (
+            "alphaedit",
+            True,
+            ["--model.protocol=single", "--model.nullspace_threshold=0.5", "--model.l2=1"],  # toy-gpt2.yaml
+        ),
         "PROMPT": ("prompt", False, []),
         "IKE": ("ike", False, ike),
         "ROME + PROMPT": ("rome", True, ["--model.in_context.demonstrations=0"]),

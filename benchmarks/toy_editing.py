@@ -33,7 +33,8 @@ METHODS = {  # row name -> (method config, extra flags)
     "ROME": ("rome", []),
     "r-ROME": ("rome", ["--model.key", "prompt"]),
     "MEMIT": ("memit", []),
-    "AlphaEdit": ("alphaedit", ["--model.nullspace_threshold", "0.5", "--model.l2", "1"]),  # see configs/models/toy-gpt2.yaml
+    # AlphaEdit-only values the toy models need: see configs/models/toy-gpt2.yaml
+    "AlphaEdit": ("alphaedit", ["--model.nullspace_threshold", "0.5", "--model.l2", "1"]),
 }
 METRICS = ("ES", "PS", "NS")
 

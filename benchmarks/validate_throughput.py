@@ -5,10 +5,12 @@
     python benchmarks/validate_throughput.py --devices 1 2 4 -- --model.protocol=sequential
 
 Each row is one ``python -m lightning_edit validate --config configs/quickstart.yaml --trainer.devices=N
---trainer.strategy=ddp`` command, timed from start to exit (so it includes starting N processes and loading the
-model in each), in a fresh directory; arguments after ``--`` are appended to every command. The statistics cache
-is warmed first, so no row pays for the statistics pass. Prompts are the scored (case, prompt) pairs of every
-metric in results.json; the metrics must be equal on every row, which the script checks.
+--trainer.strategy=ddp`` command in a fresh directory; arguments after ``--`` are appended to every command. It
+gives the evaluation loop's time (``seconds`` in results.json: edits and scoring on every process, until process
+0 has the synced metrics) and the whole command's (which adds starting N processes and loading the model in
+each). The statistics cache is warmed first, so no row pays for the statistics pass. Prompts are the scored
+(case, prompt) pairs of every metric in results.json; the metrics must be equal on every row, which the script
+checks.
 """
 
 import argparse
@@ -64,11 +66,14 @@ def main() -> None:
     cases = first[next(iter(first))]["n_cases"]
     prompts = sum(result["n_prompts"] for result in first.values() if result["kind"] != "derived")
     print(f"\n{cases} cases, {prompts} scored prompts; {os.cpu_count()} CPUs; runs in {root}\n")
-    print("| processes | seconds | cases/s | prompts/s | speed-up |")
-    print("|---|---|---|---|---|")
-    for devices, seconds, _ in rows:
-        speedup = rows[0][1] / seconds
-        print(f"| {devices} | {seconds:.1f} | {cases / seconds:.2f} | {prompts / seconds:.1f} | {speedup:.2f}x |")
+    print("| processes | loop s | cases/s | prompts/s | loop speed-up | command s | command speed-up |")
+    print("|---|---|---|---|---|---|---|")
+    for devices, command_seconds, results in rows:
+        loop, speedup = results["seconds"], rows[0][2]["seconds"] / results["seconds"]
+        print(
+            f"| {devices} | {loop:.1f} | {cases / loop:.2f} | {prompts / loop:.1f} | {speedup:.2f}x "
+            f"| {command_seconds:.1f} | {rows[0][1] / command_seconds:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,8 @@ class EditCLI(LightningCLI):
 def build_cli(args: ArgsType = None, run: bool = True) -> EditCLI:
     """Parse ``args`` (or the command line), run the subcommand and return the CLI object (for tests, notebooks).
 
-    With ``run=False`` ``args`` has no subcommand, and nothing runs: ``build_cli(["--config", "configs/quickstart.yaml"],
-    run=False).model`` is the editor the config describes, its model loaded.
+    With ``run=False``, ``args`` has no subcommand and nothing runs:
+    ``build_cli(["--config", "configs/quickstart.yaml"], run=False).model`` is the editor that config describes.
     """
     return EditCLI(
         LightningModule,  # editors (EditorModule) and trainable modules (toy pretraining, MEND)

@@ -1,6 +1,7 @@
 """What an editor's validate or test run reports, written by process 0 at the end of the run.
 
-Into the trainer's log directory: ``results.json`` and ``results.md`` (:mod:`lightning_edit.results`),
+Into the trainer's log directory: ``results.json`` (with ``seconds``, the time from the start of the evaluation loop
+to its end on process 0) and ``results.md`` (:mod:`lightning_edit.results`),
 ``cases.jsonl`` (one line per edit case: its requests and its mean score on every metric) and the plots (PNG): the
 benchmark's own (:meth:`~lightning_edit.data.base.EditDataModule.figures`) and, for a sequential run with
 ``eval_at``, ``retention`` (each metric against the number of edits applied). To every logger of the trainer: the
@@ -14,7 +15,9 @@ strategy (``ddp_spawn`` included, whose main process never sees the results).
 from __future__ import annotations
 
 import json
+import math
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +97,13 @@ class RunReport(Callback):
 
     def __init__(self, config: dict[str, Any] | None = None):
         self.config = redact(config or {})
+        self.start = math.nan
+
+    def on_validation_start(self, trainer: Trainer, module: LightningModule) -> None:
+        self.start = time.perf_counter()  # before the editor's own on_validation_start (sequential edits)
+
+    def on_test_start(self, trainer: Trainer, module: LightningModule) -> None:
+        self.start = time.perf_counter()
 
     def on_validation_end(self, trainer: Trainer, module: LightningModule) -> None:
         self.report(trainer, module)
@@ -110,7 +120,7 @@ class RunReport(Callback):
         datamodule = trainer.datamodule
         cases = datamodule.cases if isinstance(datamodule, EditDataModule) else []
         counts = {"cases": len(cases), "skipped_records": getattr(datamodule, "skipped", [])}
-        path = write_results(directory, module.results, self.config, counts)
+        path = write_results(directory, module.results, self.config, counts, time.perf_counter() - self.start)
         rows = case_rows(cases, module.case_scores)
         (directory / "cases.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
 

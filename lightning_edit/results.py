@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 import math
 import platform
 import subprocess
+from dataclasses import asdict
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -70,13 +70,18 @@ def write_results(
     metrics: dict[str, dict[str, Any]],
     config: dict[str, Any],
     counts: dict[str, Any],
+    seconds: float | None = None,
 ) -> Path:
-    """Write ``results.json`` and ``results.md`` into ``directory``; returns the JSON path."""
+    """Write ``results.json`` and ``results.md`` into ``directory``; returns the JSON path.
+
+    ``seconds``: wall-clock time of the evaluation (edits and scoring, not loading), reported as ``seconds``.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     payload = {
         "metrics": metrics,
         "counts": counts,
+        "seconds": seconds,
         "config": config,
         "versions": package_versions(),
         "git_hash": git_hash(),

@@ -12,7 +12,8 @@ import pytest
 from lightning_edit.cli import build_cli
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-METHODS = {"rome": [], "memit": [], "alphaedit": ["--model.nullspace_threshold=0.5", "--model.l2=1"]}  # see toy-gpt2.yaml
+# AlphaEdit-only values the toy models need: see configs/models/toy-gpt2.yaml
+METHODS = {"rome": [], "memit": [], "alphaedit": ["--model.nullspace_threshold=0.5", "--model.l2=1"]}
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
