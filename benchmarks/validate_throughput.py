@@ -3,12 +3,14 @@
     python benchmarks/validate_throughput.py                          # ROME quickstart, 100 toy edits, 1 and 2
     python benchmarks/validate_throughput.py --method NoEdit --limit 100
     python benchmarks/validate_throughput.py --devices 1 2 4 -- --model.protocol=sequential
+    python benchmarks/validate_throughput.py --cold-statistics   # each row also runs the key statistics pass
 
 Each row is one ``python -m lightning_edit validate --config configs/quickstart.yaml --trainer.devices=N
 --trainer.strategy=ddp`` command in a fresh directory; arguments after ``--`` are appended to every command. It
 gives the evaluation loop's time (``seconds`` in results.json: edits and scoring on every process, until process
 0 has the synced metrics) and the whole command's (which adds starting N processes and loading the model in
-each). The statistics cache is warmed first, so no row pays for the statistics pass. Prompts are the scored
+each). The statistics cache is warmed first, so no row pays for the statistics pass, unless ``--cold-statistics``
+gives each row an empty cache of its own (N processes then share the pass). Prompts are the scored
 (case, prompt) pairs of every metric in results.json; the metrics must be equal on every row, which the script
 checks.
 """
@@ -42,19 +44,24 @@ def main() -> None:
     parser.add_argument("--devices", type=int, nargs="+", default=[1, 2], help="process counts to time")
     parser.add_argument("--limit", type=int, default=100, help="toy CounterFact cases")
     parser.add_argument("--method", default=None, help="an editor class instead of the quickstart's ROME")
+    parser.add_argument("--cold-statistics", action="store_true", help="each row computes the key statistics")
     parser.add_argument("extra", nargs="*", help="more validate arguments (after --)")
     options = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="validate_throughput_"))
-    args = [f"--data.limit={options.limit}", f"--model.stats.cache_dir={root / 'stats'}", *options.extra]
+    args = [f"--data.limit={options.limit}", *options.extra]
     if options.method:
         args += [f"--model={options.method}"]
-    (root / "warm").mkdir()
-    run(root / "warm", 1, [*args, "--data.limit=1"])  # computes and caches the key statistics
+    if not options.cold_statistics:
+        args += [f"--model.stats.cache_dir={root / 'stats'}"]
+        (root / "warm").mkdir()
+        run(root / "warm", 1, [*args, "--data.limit=1"])  # computes and caches the key statistics
 
     rows = []
     for devices in options.devices:
-        (root / f"devices{devices}").mkdir()
-        seconds, results = run(root / f"devices{devices}", devices, args)
+        directory = root / f"devices{devices}"
+        directory.mkdir()
+        cache = [f"--model.stats.cache_dir={directory / 'stats'}"] if options.cold_statistics else []
+        seconds, results = run(directory, devices, [*args, *cache])
         rows.append((devices, seconds, results))
     first = rows[0][2]["metrics"]
     for devices, _, results in rows[1:]:

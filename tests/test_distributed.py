@@ -50,8 +50,11 @@ def validate(directory: Path, stats: Path, devices: int, *flags: str) -> tuple[d
     ids=["single", "sequential"],
 )
 def test_two_processes_equal_one(tmp_path, flags):
-    one, one_cases = validate(tmp_path / "one", tmp_path / "stats", 1, *flags)
-    two, two_cases = validate(tmp_path / "two", tmp_path / "stats", 2, *flags)
+    one, one_cases = validate(tmp_path / "one", tmp_path / "stats-one", 1, *flags)
+    two, two_cases = validate(tmp_path / "two", tmp_path / "stats-two", 2, *flags)
+    # the two processes shared the statistics pass: one shard each, merged into the whole sample
+    shards = sorted(path.name.split(".")[1] for path in (tmp_path / "stats-two").rglob("*.safetensors"))
+    assert shards == ["0-150", "0-300", "150-300"]
 
     assert set(one["metrics"]) == set(two["metrics"])
     assert {"ES", "ES_pre", "NS", "locality_acc"} <= set(one["metrics"])

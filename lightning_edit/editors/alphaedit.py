@@ -43,9 +43,8 @@ class AlphaEdit(MEMIT):
         if not self._bases:
             moments = self.stats.second_moments(self.model, self.tokenizer, self.layers, self.shows_progress)
             for layer in self.layers:
-                U = load_or_compute_projector(
-                    moments[layer], self.nullspace_threshold, cache_dir=self.stats.cache_dir, compute=nullspace_projector
-                )
+                threshold, cache = self.nullspace_threshold, self.stats.cache_dir
+                U = load_or_compute_projector(moments[layer], threshold, cache_dir=cache, compute=nullspace_projector)
                 self._bases[layer] = U
                 self._edited_keys[layer] = EditedKeyCache(U.shape[0])
 

@@ -122,6 +122,20 @@ class EditorModule(LightningModule, ABC):
     def on_edits_restored(self) -> None:
         """Called after the protocol restored the weights: forget state that belongs to the undone edits."""
 
+    def prepare_statistics(self) -> None:
+        """Load or compute what edits need from the unedited model (key statistics); called before any edit."""
+
+    def compute_statistics_shard(self, index: int, count: int) -> None:
+        """Cache shard ``index`` of ``count`` of what :meth:`prepare_statistics` computes, for several processes."""
+
+    def _prepare(self) -> None:
+        """:meth:`prepare_statistics`; with several processes, each first caches its share of the statistics pass and,
+        once all have, merges the shards instead of running the whole pass (a cache shared by the processes)."""
+        if self.trainer.world_size > 1:
+            self.compute_statistics_shard(self.trainer.global_rank, self.trainer.world_size)
+            self.trainer.strategy.barrier("key statistics")
+        self.prepare_statistics()
+
     @contextmanager
     def edits_applied(self, requests: list[EditRequest]) -> Iterator[None]:
         """The requests applied for the duration of the block; the edited parameters are restored afterwards."""
@@ -194,6 +208,7 @@ class EditorModule(LightningModule, ABC):
         """Closed-form editing: apply every training case, save the edited model, and end the fit."""
         cases = loader_cases(self.trainer.datamodule.train_dataloader())  # every case, on every process
         self.check_cases(cases)
+        self._prepare()
         for _ in self._apply_in_order(cases, "edits"):
             pass
         if self.trainer.is_global_zero:
@@ -212,6 +227,7 @@ class EditorModule(LightningModule, ABC):
     def _start(self, loader: DataLoader) -> None:
         cases = loader_cases(loader)
         self.check_cases(cases)  # every case, on every process, before any weight changes
+        self._prepare()
         if self.in_context is not None:  # every case, so that a case the pool cannot serve stops every process
             self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer).contexts(cases)
         if self.protocol == "sequential":

@@ -79,6 +79,9 @@ class MEMIT(EditorModule):
             moments = self.stats.second_moments(self.model, self.tokenizer, self.layers, self.shows_progress)
             self._covariances = {layer: CovarianceFactor(moments[layer].mean()) for layer in self.layers}
 
+    def compute_statistics_shard(self, index: int, count: int) -> None:
+        self.stats.compute_shard(self.model, self.tokenizer, self.layers, index, count, self.shows_progress)
+
     def solve(self, layer: int, K: Tensor, R: Tensor) -> Tensor:
         """ΔW_l (d_out, d_in) for keys K (d_in, n) and residuals R (d_out, n)."""
         return memit_update(self._covariances[layer], K, R, self.mom2_update_weight)

@@ -79,6 +79,13 @@ class ROME(EditorModule):
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
         return [self.weight_name]
 
+    def prepare_statistics(self) -> None:
+        self.covariance()
+
+    def compute_statistics_shard(self, index: int, count: int) -> None:
+        if self.mom2_adjustment:
+            self.stats.compute_shard(self.model, self.tokenizer, [self.layer], index, count, self.shows_progress)
+
     def covariance(self) -> CovarianceFactor | None:
         """C of the edited layer (Cholesky-factored once), from the unedited model; None without mom2."""
         if self.mom2_adjustment and self._covariance is None:

@@ -173,6 +173,7 @@ def load_or_compute(
     text_field: str = "text",
     progress: bool = True,
     on_batch: Callable[[Mapping[int, LayerProgress]], None] | None = None,
+    compute: bool = True,
 ) -> dict[int, SecondMoment]:
     """``{layer: SecondMoment}`` of the MLP-output-projection inputs, from the cache or one forward pass.
 
@@ -192,6 +193,7 @@ def load_or_compute(
         text_field: Document field of ``.jsonl`` records and Hugging Face datasets.
         progress: Show a progress bar.
         on_batch: Called with the running ``{layer: LayerProgress}`` after each batch.
+        compute: False: return only the layers found in the cache (or merged from cached shards), run no pass.
 
     Returns:
         CPU float64 statistics per layer, each with its ``cache_key``.
@@ -235,7 +237,7 @@ def load_or_compute(
             _write_moment(keys[layer], root, LayerProgress(merged, keys[layer].stop), info, partial=False)
             results[layer] = replace(merged, cache_key=keys[layer].cache_key)
     missing = [layer for layer in layers if layer not in results]
-    if not missing:
+    if not missing or not compute:
         return results
     states = {layer: _start_state(keys[layer], root, dims[layer], model) for layer in missing}
 

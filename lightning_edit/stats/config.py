@@ -34,19 +34,43 @@ class KeyStatistics:
     def second_moments(
         self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, layers: list[int], progress: bool = True
     ) -> dict[int, SecondMoment]:
-        """``{layer: SecondMoment}`` from the cache, or from one forward pass over the corpus (``progress``: show a
-        progress bar)."""
+        """``{layer: SecondMoment}`` from the cache (or merged from cached shards), or from one forward pass over the
+        corpus (``progress``: show a progress bar)."""
         if self.corpus is None:
             raise ValueError("this editor needs key statistics: set stats.corpus (a .txt/.jsonl file or hf:<name>)")
-        corpus = self.corpus if self.corpus.startswith("hf:") else str(resolve_path(self.corpus))
         return load_or_compute(
-            model,
-            tokenizer,
-            corpus,
-            layers,
-            n_samples=self.n_samples,
-            max_length=self.max_length,
-            batch_size=self.batch_size,
-            cache_dir=self.cache_dir,
-            progress=progress,
+            model, tokenizer, self._corpus(), layers, n_samples=self.n_samples, progress=progress, **self._options()
         )
+
+    def compute_shard(
+        self,
+        model: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        layers: list[int],
+        index: int,
+        count: int,
+        progress: bool = True,
+    ) -> None:
+        """Cache shard ``index`` of ``count`` of the documents, unless the whole sample is cached already.
+
+        Once every shard is cached, :meth:`second_moments` merges them instead of running the pass, so that
+        ``count`` processes share the pass (the sums are added in another order: C equals one process's up to
+        float64 rounding).
+        """
+        if self.corpus is None:  # second_moments says what is missing
+            return
+        corpus, options = self._corpus(), self._options()
+        cached = load_or_compute(model, tokenizer, corpus, layers, n_samples=self.n_samples, compute=False, **options)
+        share = -(-self.n_samples // count)
+        start = min(index * share, self.n_samples)
+        if len(cached) < len(layers) and start < self.n_samples:
+            n_samples = min(share, self.n_samples - start)
+            load_or_compute(
+                model, tokenizer, corpus, layers, n_samples=n_samples, start=start, progress=progress, **options
+            )
+
+    def _corpus(self) -> str:
+        return self.corpus if self.corpus.startswith("hf:") else str(resolve_path(self.corpus))
+
+    def _options(self) -> dict:
+        return {"max_length": self.max_length, "batch_size": self.batch_size, "cache_dir": self.cache_dir}

@@ -185,3 +185,17 @@ def test_convention_and_direction_are_kept():
     metric = PromptMean("probability comparison", higher_is_better=False)
     assert metric.convention == "probability comparison"
     assert metric.higher_better is False
+
+
+def test_case_means_are_per_case_means_with_repeats_counted_once():
+    metric = hand_metric()
+    metric.update(*tensors([30, 10], [1, 0], [1.0, 1.0]))  # rows a distributed sampler repeated
+    assert metric.compute()["case_means"] == pytest.approx({10: 1 / 3, 20: 1.0, 30: 0.75}, rel=1e-12)
+
+
+def test_empty_updates_give_an_empty_result():
+    metric = PromptMean("test convention")
+    metric.update(*tensors([], [], []))
+    result = metric.compute()
+    assert result["n_cases"] == 0 and math.isnan(result["macro"]) and result["case_means"] == {}
+    assert PromptMean("test convention").compute()["case_means"] == {}  # never updated
