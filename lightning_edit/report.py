@@ -144,4 +144,9 @@ class RunReport(Callback):
             if hasattr(logger, "log_image"):
                 for name, figure in figures.items():
                     logger.log_image(key=f"val/{name}", images=[figure])
+        if figures:
+            import matplotlib.pyplot as plt
+
+            for figure in figures.values():
+                plt.close(figure)  # a process that runs many validations (scripts, notebooks) keeps no figures
         rank_zero_info(f"\n{markdown_table(module.results)}\n\nresults written to {path}")
