@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
@@ -135,10 +136,7 @@ def make_editor(cls, args, model_dir: Path, stats: KeyStatistics):
 
 def prepare(editor) -> None:
     """What an editor does once, before its first edit: statistics (and null-space bases) and context templates."""
-    if isinstance(editor, ROME):
-        editor.covariance()
-    else:
-        editor.prepare_statistics()
+    editor.prepare_statistics()
     editor.templates.get(editor.model, editor.tokenizer, editor.template_lengths, editor.template_seed)
 
 
@@ -165,11 +163,11 @@ def editing_section(args, model_dir: Path, stats: KeyStatistics) -> None:
     print(f"{'method':<10} {'prepare s':>9} " + " ".join(f"{p + ' edits/s':>18}" for p in PROTOCOLS))
     for cls in (ROME, MEMIT, AlphaEdit):
         editor = make_editor(cls, args, model_dir, stats)
-        setup, _ = timed(lambda: prepare(editor))
+        setup, _ = timed(partial(prepare, editor))
         run_protocol(editor, requests[:1], "single", 1)  # warm-up
         cells = []
         for protocol in PROTOCOLS:
-            seconds, _ = timed(lambda: run_protocol(editor, requests, protocol, args.edit_batch_size))
+            seconds, _ = timed(partial(run_protocol, editor, requests, protocol, args.edit_batch_size))
             cells.append(f"{len(requests) / seconds:8.2f} ({seconds:5.1f} s)")
         note = f"  null-space rank {[int(U.shape[1]) for U in editor._bases.values()]}" if cls is AlphaEdit else ""
         print(f"{cls.__name__:<10} {setup:9.2f} " + " ".join(f"{c:>18}" for c in cells) + note)

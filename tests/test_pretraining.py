@@ -137,6 +137,11 @@ def test_short_names_and_a_data_module_without_tokenizer(capsys):
     assert "lightning_edit.pretraining.CausalLMPretraining" in printed and "tokenizer_style: gpt2" in printed
     with pytest.raises(ValueError, match="DataModule's tokenizer"):
         build_cli(
-            ["fit", "--model=CausalLMPretraining", "--data=CounterFact", "--data.path=builtin:data/toy/counterfact.json"]
+            [
+                "fit",
+                "--model=CausalLMPretraining",
+                "--data=CounterFact",
+                "--data.path=builtin:data/toy/counterfact.json",
+            ]
             + ["--trainer.max_steps=1", "--trainer.logger=false", "--trainer.enable_progress_bar=false"]
         )

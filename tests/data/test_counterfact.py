@@ -60,7 +60,14 @@ def test_flat_format_groups():
     assert neighborhood.prompts == ("The Louvre is located in the city of",)
     assert (neighborhood.expected, neighborhood.alternatives) == (("Paris",), ("Rome",))
     assert neighborhood.metrics == {"prob": "NS", "agreement": "locality_acc"}
-    assert list(dict.fromkeys(n for c in dm.cases for n in c.metric_names)) == ["ES", "rewrite_acc", "PS", "rephrase_acc", "NS", "locality_acc"]
+    assert list(dict.fromkeys(n for c in dm.cases for n in c.metric_names)) == [
+        "ES",
+        "rewrite_acc",
+        "PS",
+        "rephrase_acc",
+        "NS",
+        "locality_acc",
+    ]
 
 
 def test_rome_format_groups():

@@ -32,7 +32,6 @@ class ScaleEditor(EditorModule):
         self.norms.append(self.model.get_parameter(EDITED).norm().item())
 
 
-
 def run(editor: EditorModule, limit: int = 4) -> dict:
     data = CounterFact("builtin:data/counterfact-flat.json", limit=limit, batch_size=3)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
@@ -107,9 +106,13 @@ def test_fit_applies_every_case_and_saves_the_edited_model(tmp_path):
     trainer.fit(editor, datamodule=data)
     assert [len(subjects) for subjects in editor.seen] == [2, 1] and trainer.global_step == 0
     saved = load_model(ModelSource(str(tmp_path / "out")))
-    assert torch.equal(saved.get_parameter(EDITED), before * 3 * 3)  # two editor calls, x3 each, held by the saved model
+    assert torch.equal(
+        saved.get_parameter(EDITED), before * 3 * 3
+    )  # two editor calls, x3 each, held by the saved model
     record = json.loads((tmp_path / "out" / "edits.json").read_text())
-    assert record["editor"] == "ScaleEditor" and [e["case_id"] for e in record["edits"]] == [c.case_id for c in data.cases]
+    assert record["editor"] == "ScaleEditor" and [e["case_id"] for e in record["edits"]] == [
+        c.case_id for c in data.cases
+    ]
     assert record["edits"][0]["requests"][0]["subject"] == data.cases[0].requests[0].subject
 
 

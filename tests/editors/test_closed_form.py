@@ -118,7 +118,10 @@ def test_validate_and_fit_through_the_cli(tmp_path, corpus, monkeypatch):
     build_cli(["fit", *common, f"--model.output_dir={tmp_path / 'edited'}"])
     record = json.loads((tmp_path / "edited" / "edits.json").read_text())
     assert record["editor"] == "ROME" and len(record["edits"]) == 2
-    edited, original = load_model(ModelSource(str(tmp_path / "edited"))), load_model(ModelSource("builtin:models/tiny-gpt2"))
+    edited, original = (
+        load_model(ModelSource(str(tmp_path / "edited"))),
+        load_model(ModelSource("builtin:models/tiny-gpt2")),
+    )
     changed = [n for (n, p), q in zip(edited.named_parameters(), original.parameters()) if not torch.equal(p, q)]
     assert changed == ["transformer.h.1.mlp.c_proj.weight"]
     (tmp_path / "results.json").unlink()

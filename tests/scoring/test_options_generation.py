@@ -39,7 +39,9 @@ def test_sampling_is_seeded_and_stop_strings_cut(tiny_lm):
     model, tokenizer = tiny_lm
     first = generate(model, tokenizer, PROMPTS, max_new_tokens=8, do_sample=True, top_k=5, seed=1)
     assert first == generate(model, tokenizer, PROMPTS, max_new_tokens=8, do_sample=True, top_k=5, seed=1)
-    stopped = generate(model, tokenizer, PROMPTS, max_new_tokens=8, do_sample=True, top_k=5, seed=1, stop_strings=("e",))
+    stopped = generate(
+        model, tokenizer, PROMPTS, max_new_tokens=8, do_sample=True, top_k=5, seed=1, stop_strings=("e",)
+    )
     assert all("e" not in text for text in stopped)
     assert cut_at_stop("Paris. Then\nmore", (".", "\n")) == "Paris"
 
