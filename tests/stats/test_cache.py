@@ -1,6 +1,5 @@
 """The statistics cache: hits without forward, corrupt entries recomputed, resume, shard merge, fingerprints."""
 
-import contextlib
 import copy
 import json
 import logging
@@ -11,7 +10,6 @@ import pytest
 import torch
 
 from lightning_edit.models import resolve_architecture
-from lightning_edit.models.build import random_model
 from lightning_edit.resources import builtin_texts
 from lightning_edit.stats import (
     CACHE_ENV,
@@ -36,23 +34,6 @@ def texts() -> list[str]:
     return [" ".join(pieces[3 * i : 3 * i + 1 + i % 5]) for i in range(N_DOCS + 4)]
 
 
-@pytest.fixture(scope="module")
-def lm(tiny_lm):
-    """A 3-layer float32 model of the tiny family."""
-    model, tokenizer = tiny_lm
-    return random_model(model.config.model_type, tokenizer, seed=2, num_layers=3), tokenizer
-
-
-@contextlib.contextmanager
-def count_forwards(model):
-    calls = []
-    handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
-    try:
-        yield calls
-    finally:
-        handle.remove()
-
-
 def entry_files(root: Path, layer: int | None = None, partial: bool = False) -> list[Path]:
     pattern = "*.partial.json" if partial else "*[0-9].json"
     directories = sorted((root / "mom2").iterdir())
@@ -71,7 +52,7 @@ def assert_same(a, b, exact: bool = True):
             assert torch.allclose(a[layer].sum, b[layer].sum, rtol=1e-12, atol=1e-12), layer
 
 
-def test_second_call_does_no_forward_pass(lm, texts, tmp_path):
+def test_second_call_does_no_forward_pass(lm, texts, tmp_path, count_forwards):
     model, tokenizer = lm
     with count_forwards(model) as calls:
         first = load_or_compute(model, tokenizer, texts, LAYERS, cache_dir=tmp_path, **OPTIONS)
@@ -90,7 +71,7 @@ def test_second_call_does_no_forward_pass(lm, texts, tmp_path):
     assert meta["max_length"] == 24 and meta["model_dtype"] == "float32" and meta["complete"] is True
 
 
-def test_new_layer_or_changed_settings_are_computed(lm, texts, tmp_path):
+def test_new_layer_or_changed_settings_are_computed(lm, texts, tmp_path, count_forwards):
     model, tokenizer = lm
     load_or_compute(model, tokenizer, texts, [0], cache_dir=tmp_path, **OPTIONS)
     with count_forwards(model) as calls:
@@ -151,7 +132,7 @@ def corrupt_missing_tensor(tensor_file: Path, meta_file: Path) -> None:
         corrupt_missing_tensor,
     ],
 )
-def test_corrupt_or_mismatched_entry_is_detected_and_recomputed(lm, texts, tmp_path, caplog, corrupt):
+def test_corrupt_or_mismatched_entry_is_detected_and_recomputed(lm, texts, tmp_path, caplog, corrupt, count_forwards):
     model, tokenizer = lm
     good = load_or_compute(model, tokenizer, texts, LAYERS, cache_dir=tmp_path, **OPTIONS)
     meta_file = entry_files(tmp_path, layer=2)[0]
@@ -170,7 +151,7 @@ class Interrupt(Exception):
     pass
 
 
-def test_interrupted_pass_resumes_with_identical_sums(lm, texts, tmp_path):
+def test_interrupted_pass_resumes_with_identical_sums(lm, texts, tmp_path, count_forwards):
     model, tokenizer = lm
     reference = load_or_compute(model, tokenizer, texts, LAYERS, cache_dir=tmp_path / "ref", **OPTIONS)
     root = tmp_path / "run"
@@ -185,8 +166,16 @@ def test_interrupted_pass_resumes_with_identical_sums(lm, texts, tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        load_or_compute(model, tokenizer, texts, LAYERS, cache_dir=root, save_every=4,
-                        on_batch=interrupt_after_three_batches, **OPTIONS)
+        load_or_compute(
+            model,
+            tokenizer,
+            texts,
+            LAYERS,
+            cache_dir=root,
+            save_every=4,
+            on_batch=interrupt_after_three_batches,
+            **OPTIONS,
+        )
     assert not entry_files(root) and len(entry_files(root, partial=True)) == 2
     partial = json.loads(entry_files(root, layer=2, partial=True)[0].read_text())
     assert partial["next_document"] == 6  # saved again on the way out
@@ -197,7 +186,7 @@ def test_interrupted_pass_resumes_with_identical_sums(lm, texts, tmp_path):
     assert not entry_files(root, partial=True)
 
 
-def test_resume_from_periodic_partial_after_a_hard_kill(lm, texts, tmp_path):
+def test_resume_from_periodic_partial_after_a_hard_kill(lm, texts, tmp_path, count_forwards):
     """A kill leaves only the last periodic partial (no save on the way out): resuming from it is exact too."""
     model, tokenizer = lm
     reference = load_or_compute(model, tokenizer, texts, LAYERS, cache_dir=tmp_path / "ref", **OPTIONS)
@@ -210,15 +199,16 @@ def test_resume_from_periodic_partial_after_a_hard_kill(lm, texts, tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        load_or_compute(model, tokenizer, texts, LAYERS, cache_dir=root, save_every=6,
-                        on_batch=kill_after_five_batches, **OPTIONS)
+        load_or_compute(
+            model, tokenizer, texts, LAYERS, cache_dir=root, save_every=6, on_batch=kill_after_five_batches, **OPTIONS
+        )
     with count_forwards(model) as calls:
         resumed = load_or_compute(model, tokenizer, texts, LAYERS, cache_dir=saved, **OPTIONS)
     assert len(calls) == (N_DOCS - 6) // 2
     assert_same(resumed, reference)
 
 
-def test_shards_from_separate_runs_merge_into_the_full_pass(lm, texts, tmp_path):
+def test_shards_from_separate_runs_merge_into_the_full_pass(lm, texts, tmp_path, count_forwards):
     model, tokenizer = lm
     full = load_or_compute(model, tokenizer, texts, LAYERS, cache_dir=tmp_path / "full", **OPTIONS)
     root = tmp_path / "shards"

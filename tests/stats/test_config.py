@@ -1,22 +1,13 @@
 """KeyStatistics: processes that each cache a shard of the statistics pass give the statistics of one pass."""
 
-import contextlib
-
 import pytest
 
-from lightning_edit.models.build import random_model
 from lightning_edit.resources import builtin_texts
 from lightning_edit.stats import load_or_compute
 from lightning_edit.stats.config import KeyStatistics
 
 LAYERS = [0, 2]
 N_DOCS = 20
-
-
-@pytest.fixture(scope="module")
-def lm(tiny_lm):
-    model, tokenizer = tiny_lm
-    return random_model(model.config.model_type, tokenizer, seed=2, num_layers=3), tokenizer
 
 
 @pytest.fixture
@@ -27,17 +18,7 @@ def corpus(tmp_path):
     return path
 
 
-@contextlib.contextmanager
-def count_forwards(model):
-    calls = []
-    handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
-    try:
-        yield calls
-    finally:
-        handle.remove()
-
-
-def test_shards_of_three_processes_merge_into_the_statistics_of_one_pass(lm, corpus, tmp_path):
+def test_shards_of_three_processes_merge_into_the_statistics_of_one_pass(lm, corpus, tmp_path, count_forwards):
     model, tokenizer = lm
     stats = KeyStatistics(str(corpus), n_samples=N_DOCS, max_length=24, batch_size=2, cache_dir=str(tmp_path / "c"))
     for index in range(3):  # documents [0, 7), [7, 14), [14, 20)
@@ -64,7 +45,7 @@ def test_shards_of_three_processes_merge_into_the_statistics_of_one_pass(lm, cor
         assert merged[layer].sum.allclose(one_pass[layer].sum, rtol=1e-12, atol=1e-12)
 
 
-def test_a_process_without_documents_computes_nothing(lm, corpus, tmp_path):
+def test_a_process_without_documents_computes_nothing(lm, corpus, tmp_path, count_forwards):
     model, tokenizer = lm
     stats = KeyStatistics(str(corpus), n_samples=2, max_length=24, batch_size=2, cache_dir=str(tmp_path))
     with count_forwards(model) as calls:
