@@ -14,8 +14,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from lightning_edit.data.base import read_records
 from lightning_edit.data.edit_training import load_toy_world
-from lightning_edit.resources import resolve_path
 
 SHIPPED = ("builtin:data/toy/bake_qa.json", "builtin:data/toy/counterfact.json")
 
@@ -27,7 +27,7 @@ def pair(record: dict) -> tuple[str, str]:
 
 def heldout_bake(draws: int = 59) -> list[dict]:
     world = load_toy_world("builtin:data/toy/world.json")
-    shipped = {pair(r) for path in SHIPPED for r in json.loads(resolve_path(path).read_text(encoding="utf-8"))}
+    shipped = {pair(record) for path in SHIPPED for record in read_records(path)}
     records, seen = [], set()
     for k in range(1, draws + 1):
         for record in replace(world, seed=world.seed + k).bake_records(len(world.facts)):
