@@ -1,12 +1,16 @@
-"""Held-out toy BAKE-Q&J edits, the development set the toy presets' BAKE values were chosen on (not a test).
+"""Held-out toy edits, the development sets the toy presets' values were chosen on (not tests).
 
-    python benchmarks/toy_heldout.py /tmp/toy_dev            # writes /tmp/toy_dev/bake_dev.json (509 edits)
+    python benchmarks/toy_heldout.py /tmp/toy_dev     # writes bake_dev.json (517 edits), counterfact_dev.json (200)
     lightning-edit validate --config configs/methods/rome.yaml --config configs/models/toy-llama.yaml \\
         --config configs/benchmarks/bake.yaml --data.path /tmp/toy_dev/bake_dev.json
 
-Edits of the shipped toy world drawn as ``builtin:data/toy/bake_qa.json`` was (``ToyWorld.bake_records``) but with
-the seeds ``world.seed + k``, k = 1 ... 59, keeping the first edit of each (subject, relation, new object) and none
-of a (subject, relation) pair of the shipped BAKE or CounterFact files, so no shipped test edit is tuned on.
+Edits of the shipped toy world drawn as the shipped files were, with other seeds, and none of a (subject, relation)
+pair of the shipped BAKE or CounterFact files, so no shipped test edit is tuned on:
+
+- ``bake_dev.json``: ``ToyWorld.bake_records`` with the seeds ``world.seed + k``, k = 1 ... 59, keeping the first
+  edit of each (subject, relation, new object);
+- ``counterfact_dev.json``: the first 100 records of ``ToyWorld.counterfact_records`` with the seed
+  ``world.seed + 1000``, then the first 100 with ``world.seed + 2000`` of a pair not drawn yet.
 """
 
 import argparse
@@ -16,6 +20,7 @@ from pathlib import Path
 
 from lightning_edit.data.base import read_records
 from lightning_edit.data.edit_training import load_toy_world
+from lightning_edit.data.toy_world import ToyWorld
 
 SHIPPED = ("builtin:data/toy/bake_qa.json", "builtin:data/toy/counterfact.json")
 
@@ -25,27 +30,40 @@ def pair(record: dict) -> tuple[str, str]:
     return record["requested_rewrite"]["subject"], record["requested_rewrite"]["relation_id"]
 
 
-def heldout_bake(draws: int = 59) -> list[dict]:
-    world = load_toy_world("builtin:data/toy/world.json")
-    shipped = {pair(record) for path in SHIPPED for record in read_records(path)}
+def heldout_bake(world: ToyWorld, taken: set[tuple[str, str]], draws: int = 59) -> list[dict]:
+    """The first edit of each (subject, relation, new object) of ``draws`` BAKE draws, none of a ``taken`` pair."""
     records, seen = [], set()
     for k in range(1, draws + 1):
         for record in replace(world, seed=world.seed + k).bake_records(len(world.facts)):
             edit = (*pair(record), record["requested_rewrite"]["target_new"]["str"])
-            if pair(record) not in shipped and edit not in seen:
+            if pair(record) not in taken and edit not in seen:
                 seen.add(edit)
                 records.append({**record, "case_id": len(records)})
     return records
 
 
+def heldout_counterfact(world: ToyWorld, taken: set[tuple[str, str]], per_draw: int = 100) -> list[dict]:
+    """The first ``per_draw`` CounterFact edits of the seeds + 1000 and + 2000 of a pair neither taken nor drawn."""
+    taken, records = set(taken), []
+    for offset in (1000, 2000):
+        drawn = replace(world, seed=world.seed + offset).counterfact_records(len(world.facts))
+        for record in [r for r in drawn if pair(r) not in taken][:per_draw]:
+            taken.add(pair(record))
+            records.append({**record, "case_id": len(records)})
+    return records
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", type=Path, help="the directory to write bake_dev.json to")
+    parser.add_argument("out", type=Path, help="the directory to write the files to")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    records = heldout_bake()
-    (args.out / "bake_dev.json").write_text(json.dumps(records, indent=1), encoding="utf-8")
-    print(f"{len(records)} held-out toy BAKE-Q&J edits -> {args.out / 'bake_dev.json'}")
+    world = load_toy_world("builtin:data/toy/world.json")
+    shipped = {pair(record) for path in SHIPPED for record in read_records(path)}
+    files = {"bake_dev.json": heldout_bake(world, shipped), "counterfact_dev.json": heldout_counterfact(world, shipped)}
+    for name, records in files.items():
+        (args.out / name).write_text(json.dumps(records, indent=1), encoding="utf-8")
+        print(f"{len(records)} held-out toy edits -> {args.out / name}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 
 :meth:`ToyWorld.generate` draws a few hundred fictional entities (people, cities, countries, companies, household
 objects) with names built from syllables, and one fact per (subject, relation) for the relations of
-:mod:`lightning_edit.data.toy_relations`. People, companies and objects have two-word names ("Zozvak Mudzan",
-"Vizrek Labs", "Babzo kettle") in which each word is shared by several entities, and people's names come in
-reversed pairs ("Mudzan Zozvak"), so that, as with real names, only the whole name in order identifies the
-subject. (The shipped toy models still look facts up at the prompt's last token, not at the subject's last token;
-configs/models/toy-gpt2.yaml gives the measurements.) The facts of one-to-one relations are split, with the seed,
-into ``bidirectional`` facts (the training text states them forward and inverse) and ``forward_only`` facts
+:mod:`lightning_edit.data.toy_relations`. People and objects have two-word names ("Zozvak Mudzan", "Babzo kettle")
+in which each word is shared by several entities, and people's names come in reversed pairs ("Mudzan Zozvak"), so
+that, as with real names, only the whole name in order identifies the subject. A company is a word of its own and a
+shared suffix ("Vizrek Labs"): when two companies differed only in the suffix, an edit from one to the other was one
+no weight editor made on the toy models (they read the suffix off the subject, which an edit at the prompt's last
+token hardly moves). (The shipped toy models still look facts up at the prompt's last token, not at the subject's
+last token; configs/models/toy-gpt2.yaml gives the measurements.) The facts of one-to-one relations are split, with
+the seed, into ``bidirectional`` facts (the training text states them forward and inverse) and ``forward_only`` facts
 (forward only), so that a model trained on :meth:`ToyWorld.training_corpus` can show the reversal curse.
 
 The benchmark writers render edits of the same facts in the formats the project's DataModules read: ROME CounterFact
@@ -91,10 +93,14 @@ class _Names:
         """``n`` new words."""
         return [self.word() for _ in range(n)]
 
+    def branded(self, n: int, suffixes: Sequence[str]) -> list[str]:
+        """``n`` names ``"<new word> <suffix>"``: the first word is the name's own, each suffix names several."""
+        return [f"{word} {self.rng.choice(suffixes)}" for word in self.words(n)]
+
     def two_word_names(self, n: int, seconds: Sequence[str] = ()) -> list[str]:
         """``n`` distinct names ``"first second"`` in which each word is shared by several names.
 
-        With ``seconds`` (company suffixes, nouns), new first words are paired with them, drawn from 1.5·n
+        With ``seconds`` (household nouns), new first words are paired with them, drawn from 1.5·n
         combinations. Without, both words come from one pool of new words and names come in reversed pairs
         (``"Dokvael Dazrael"``, ``"Dazrael Dokvael"``), so that neither a word nor the set of words identifies a
         name, only the words in order, as for people's names.
@@ -150,7 +156,7 @@ class ToyWorld:
             "person": names.two_word_names(n_people),
             "city": names.words(n_cities),
             "country": names.words(n_countries),
-            "company": names.two_word_names(n_companies, COMPANY_SUFFIXES),
+            "company": names.branded(n_companies, COMPANY_SUFFIXES),
             "object": names.two_word_names(n_objects, HOUSEHOLD_NOUNS),
             "language": [names.word() + LANGUAGE_SUFFIX for _ in range(n_languages)],
             "profession": list(PROFESSIONS),

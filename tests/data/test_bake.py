@@ -278,10 +278,10 @@ def test_toy_reversal_curse(tmp_path):
         "--model.lm.path=builtin:models/toy-gpt2",
         "--model.in_context.pool=builtin:data/toy/counterfact.json",
         "--model.in_context.retriever=lexical",
-        "--model.in_context.demonstrations=2",
+        "--model.in_context.demonstrations=4",  # as benchmarks/toy_bake.py
     )
-    # 8 of these 12 edits succeed forward (the failures are company names sharing a word with the true one; README)
-    assert rome["ES"]["macro"] >= 0.6 and rome["RQS"]["macro"] == 0.0, rome
+    # every edit succeeds forward (README: ES 1.00 on the 100 toy BAKE edits), none reaches the reverse question
+    assert rome["ES"]["macro"] == 1.0 and rome["RQS"]["macro"] == 0.0, rome
     assert ike["RQS"]["macro"] >= 0.3, ike
     assert rome["RQ_logprob_new"]["macro"] == pytest.approx(rome["RQ_logprob_new_pre"]["macro"], abs=0.1)
     assert (tmp_path / "bake_logprob.png").stat().st_size > 0  # the log directory, as results.json

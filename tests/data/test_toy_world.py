@@ -10,7 +10,6 @@ from lightning_edit.data.toy_relations import COMPANY_SUFFIXES, HOUSEHOLD_NOUNS,
 from lightning_edit.data.toy_world import Fact, ToyWorld, fill
 
 FICTIONAL = ("person", "city", "country", "company", "object", "language")
-TWO_WORD = ("person", "company", "object")
 SHARED_DATA = Path(__file__).parents[2].parent / "shared" / "data"
 N = 40
 
@@ -64,7 +63,7 @@ def test_names_are_unique_fictional_and_short(world):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_two_word_names_are_identified_only_by_both_words(seed):
     world = ToyWorld.generate(seed)
-    for kind in TWO_WORD:
+    for kind in ("person", "object"):
         names = [name.split() for name in world.entities[kind]]
         assert all(len(words) == 2 for words in names)
         for position in (0, 1):
@@ -72,6 +71,15 @@ def test_two_word_names_are_identified_only_by_both_words(seed):
             assert sum(counts.values()) / len(counts) >= 2.5, (kind, position)  # a word names several entities
     people = set(world.entities["person"])
     assert all(" ".join(reversed(name.split())) in people for name in people)  # only the order tells them apart
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_company_is_a_word_of_its_own_and_a_shared_suffix(seed):
+    names = [name.split() for name in ToyWorld.generate(seed).entities["company"]]
+    assert all(len(words) == 2 and words[1] in COMPANY_SUFFIXES for words in names)
+    firsts = [words[0] for words in names]
+    assert len(set(firsts)) == len(firsts)  # no two companies differ only in the suffix
+    assert len(names) / len({words[1] for words in names}) >= 2.5  # a suffix names several companies
 
 
 def test_names_are_not_real_names_of_counterfact():
