@@ -33,8 +33,9 @@ def unique_scores(case_ids: Tensor, prompt_ids: Tensor, scores: Tensor) -> tuple
     return unique[:, 0], scores[first]
 
 
-def aggregate(case_ids: Tensor, scores: Tensor) -> dict[str, float | int | list[float]]:
-    """Macro and micro means with 95% confidence intervals, from deduplicated rows sorted by case.
+def aggregate(case_ids: Tensor, scores: Tensor) -> dict[str, float | int | list[float] | dict[int, float]]:
+    """Macro and micro means with 95% confidence intervals, and ``case_means`` (case id -> mean of its prompts'
+    scores), from deduplicated rows sorted by case.
 
     The macro interval is mean ± z·s/√n over per-case means. The micro mean is a ratio of per-case sums to per-case
     counts; its interval uses the cluster-robust (delta-method) standard error over cases, since prompts of one case
@@ -43,7 +44,7 @@ def aggregate(case_ids: Tensor, scores: Tensor) -> dict[str, float | int | list[
     cases, counts = torch.unique_consecutive(case_ids, return_counts=True)
     n = len(cases)
     if n == 0:
-        return {"macro": math.nan, "micro": math.nan, "n_cases": 0, "n_prompts": 0}
+        return {"macro": math.nan, "micro": math.nan, "n_cases": 0, "n_prompts": 0, "case_means": {}}
     sums = torch.stack([chunk.sum() for chunk in scores.split(counts.tolist())])
     case_means = sums / counts
     macro = float(case_means.mean())
@@ -61,6 +62,7 @@ def aggregate(case_ids: Tensor, scores: Tensor) -> dict[str, float | int | list[
         "micro_ci95": [micro - Z_95 * micro_se, micro + Z_95 * micro_se],
         "n_cases": n,
         "n_prompts": int(counts.sum()),
+        "case_means": dict(zip(cases.tolist(), case_means.tolist())),
     }
 
 
@@ -99,13 +101,11 @@ class PromptMean(Metric):
         self.scores.append(scores.double().to(self.device))
 
     def compute(self) -> dict[str, float | int | list[float] | dict[int, float]]:
-        """The aggregates of :func:`aggregate`, and ``case_means``: case id -> mean of its prompts' scores."""
+        """:func:`aggregate` of the deduplicated rows."""
         if isinstance(self.case_ids, list) and not self.case_ids:  # never updated (a list before sync, then a tensor)
             case_ids, scores = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.double)
         else:
             case_ids, scores = unique_scores(
                 dim_zero_cat(self.case_ids).cpu(), dim_zero_cat(self.prompt_ids).cpu(), dim_zero_cat(self.scores).cpu()
             )
-        cases, counts = torch.unique_consecutive(case_ids, return_counts=True)
-        means = [float(chunk.sum() / len(chunk)) for chunk in scores.split(counts.tolist())]  # as in aggregate
-        return {**aggregate(case_ids, scores), "case_means": dict(zip(cases.tolist(), means))}
+        return aggregate(case_ids, scores)

@@ -106,9 +106,8 @@ def test_fit_applies_every_case_and_saves_the_edited_model(tmp_path):
     trainer.fit(editor, datamodule=data)
     assert [len(subjects) for subjects in editor.seen] == [2, 1] and trainer.global_step == 0
     saved = load_model(ModelSource(str(tmp_path / "out")))
-    assert torch.equal(
-        saved.get_parameter(EDITED), before * 3 * 3
-    )  # two editor calls, x3 each, held by the saved model
+    # two editor calls, x3 each, held by the saved model
+    assert torch.equal(saved.get_parameter(EDITED), before * 3 * 3)
     record = json.loads((tmp_path / "out" / "edits.json").read_text())
     assert record["editor"] == "ScaleEditor" and [e["case_id"] for e in record["edits"]] == [
         c.case_id for c in data.cases
