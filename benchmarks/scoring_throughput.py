@@ -1,7 +1,7 @@
 """Prompts per second of batched target scoring against one prompt at a time (not a test).
 
     python benchmarks/scoring_throughput.py                     # CounterFact prompts of the embedded data
-    python benchmarks/scoring_throughput.py --data ../shared/data/counterfact/counterfact-val.json --n 512
+    python benchmarks/scoring_throughput.py --data <dir>/counterfact-val.json --n 512   # files: data/README.md
 
 The model is a GPT-2 built from a config (random weights: speed does not depend on what it knows) with the
 embedded tokenizer. Each CounterFact record gives four (prompt, answer) pairs: rewrite and rephrase prompts with

@@ -42,7 +42,12 @@ def rows(k: int) -> dict[str, tuple[str, bool, list[str]]]:
         "AlphaEdit": (
             "alphaedit",
             True,
-            ["--model.protocol=single", "--model.nullspace_threshold=0.5", "--model.l2=1"],  # toy-gpt2.yaml
+            [
+                "--model.protocol=single",
+                "--model.edit_batch_size=1",
+                "--model.nullspace_threshold=0.5",
+                "--model.l2=1",
+            ],  # docs/toy-presets.md
         ),
         "PROMPT": ("prompt", False, []),
         "IKE": ("ike", False, ike),

@@ -33,7 +33,7 @@ METHODS = {  # row name -> (method config, extra flags)
     "ROME": ("rome", []),
     "r-ROME": ("rome", ["--model.key", "prompt"]),
     "MEMIT": ("memit", []),
-    # AlphaEdit-only values the toy models need: see configs/models/toy-gpt2.yaml
+    # AlphaEdit-only values the toy models need: see docs/toy-presets.md
     "AlphaEdit": ("alphaedit", ["--model.nullspace_threshold", "0.5", "--model.l2", "1"]),
 }
 METRICS = ("ES", "PS", "NS")

@@ -19,8 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lightning_edit.data.base import read_records
-from lightning_edit.data.edit_training import load_toy_world
-from lightning_edit.data.toy_world import ToyWorld
+from lightning_edit.toy.world import ToyWorld, load_toy_world
 
 SHIPPED = ("builtin:data/toy/bake_qa.json", "builtin:data/toy/counterfact.json")
 

@@ -19,9 +19,8 @@ from lightning import LightningDataModule, LightningModule
 from lightning.pytorch.cli import ArgsType, LightningCLI
 
 import lightning_edit.data  # noqa: F401  (registers the benchmarks for short names)
-import lightning_edit.data.toy_corpus  # noqa: F401  (ToyCorpus, the pretraining corpus)
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
-import lightning_edit.pretraining  # noqa: F401  (CausalLMPretraining)
+import lightning_edit.toy  # noqa: F401  (ToyCorpus, CausalLMPretraining, ToyEditTraining)
 from lightning_edit.report import RunReport
 
 

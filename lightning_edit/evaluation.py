@@ -1,39 +1,28 @@
-"""Score the prompt groups of edit cases: one batched forward pass for every (prompt, answer) pair they need.
+"""Score the prompt groups of edit cases: every computation they need, each run once, batched.
 
-:class:`CaseScorer` turns :class:`~lightning_edit.data.schema.EditCase` prompt groups into per-prompt scores of
-the kinds each group asks for (see :mod:`lightning_edit.metrics` for the conventions). Pairs shared between kinds
-(the expected answer is used by ``prob``, ``token_acc``, ``logprob`` and ``agreement``) are scored once. The
-unedited model's scores (:meth:`CaseScorer.reference`) serve locality by agreement, BAKE's pre-edit filter and the
-``<metric>_pre`` reports; an in-context editor's text is put before each prompt of its case.
+:class:`CaseScorer` turns :class:`~lightning_edit.data.schema.EditCase` prompt groups into per-prompt scores of the
+kinds each group asks for. A kind (:mod:`lightning_edit.scoring.kinds`) says what it needs computed; requests shared
+between kinds (the expected answer is read by ``prob``, ``token_acc``, ``logprob`` and ``agreement``) are run once,
+in one batched pass per request type. The unedited model's results (:meth:`CaseScorer.reference`) serve locality by
+agreement, BAKE's pre-edit filter and the ``<metric>_pre`` reports; an in-context editor's text is put before each
+prompt of its case.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.data.schema import EditCase
-from lightning_edit.metrics import ngram_entropy
+from lightning_edit.data.schema import EditCase, PromptGroup
 from lightning_edit.models.tokenization import format_prompt
-from lightning_edit.scoring import TargetScore, agreement, generate, prefers, score_targets
+from lightning_edit.scoring import TargetScore
+from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, Target, run_requests, score_kind
 
-
-@dataclass(frozen=True)
-class UneditedScore:
-    """The unedited model's scores of one prompt: its expected answer and, if the group has one, the alternative."""
-
-    expected: TargetScore
-    alternative: TargetScore | None
-
-    @property
-    def prefers_alternative(self) -> bool:
-        """BAKE's filter: the unedited model did not find the expected answer more likely (NLL ties are kept)."""
-        return self.alternative is not None and not self.alternative.nll > self.expected.nll
-
-
-# (case id, group name, prompt index) -> the unedited model's scores, for groups scored by agreement or filtered
-Reference = dict[tuple[int, str, int], UneditedScore]
+# the unedited model's result of every request the reference asked for
+Reference = dict[Request, Any]
 # metric name -> (score kind, [(case id, prompt index, score), ...])
 Scores = dict[str, tuple[str, list[tuple[int, int, float]]]]
 
@@ -71,92 +60,67 @@ class CaseScorer:
     def _prompt(self, prompt: str) -> str:
         return format_prompt(self.tokenizer, prompt, self.config.chat_template)
 
-    def _score_pairs(self, pairs: dict[tuple[str, str], None]) -> dict[tuple[str, str], TargetScore]:
-        keys = list(pairs)
-        scores = score_targets(
-            self.model, self.tokenizer, [p for p, _ in keys], [t for _, t in keys], self.config.batch_size
-        )
-        return dict(zip(keys, scores))
+    def _items(self, case: EditCase, name: str, group: PromptGroup, context: str = "") -> Iterator[PromptItem]:
+        for k, prompt in enumerate(group.prompts):
+            yield PromptItem(
+                case_id=case.case_id,
+                group=name,
+                index=k,
+                prompt=self._prompt(context + prompt),
+                bare_prompt=self._prompt(prompt),
+                expected=group.expected[k],
+                alternative=None if group.alternatives is None else group.alternatives[k],
+                details={} if group.details is None else group.details[k],
+            )
+
+    def _run(self, requests: list[Request]) -> dict[Request, Any]:
+        return run_requests(self.model, self.tokenizer, requests, self.config.batch_size)
 
     def reference(self, cases: list[EditCase]) -> Reference:
-        """The current (unedited) model's scores of every prompt scored by ``agreement`` or filtered before editing."""
-        slots = [
-            (
-                case.case_id,
-                name,
-                k,
-                self._prompt(prompt),
-                group.expected[k],
-                group.alternatives[k] if group.pre_edit_filter else None,  # the filter compares both
-            )
-            for case in cases
-            for name, group in case.groups.items()
-            if "agreement" in group.metrics or group.pre_edit_filter
-            for k, prompt in enumerate(group.prompts)
-        ]
-        pairs = {
-            (prompt, answer): None
-            for *_, prompt, expected, alternative in slots
-            for answer in (expected, alternative)
-            if answer
-        }
-        scores = self._score_pairs(pairs)
-        return {
-            (case_id, name, k): UneditedScore(scores[(prompt, expected)], alternative and scores[(prompt, alternative)])
-            for case_id, name, k, prompt, expected, alternative in slots
-        }
+        """The current (unedited) model's results of every request the cases' kinds and pre-edit filters ask of it."""
+        requests: list[Request] = []
+        for case in cases:
+            for name, group in case.groups.items():
+                kinds = [score_kind(kind) for kind in group.metrics]
+                for item in self._items(case, name, group):
+                    for kind in kinds:
+                        requests += kind.reference_requests(item, self.config)
+                    if group.pre_edit_filter:
+                        requests += _filter_requests(item)
+        return self._run(requests)
 
     def score(
         self, cases: list[EditCase], reference: Reference | None = None, contexts: dict[int, str] | None = None
     ) -> Scores:
         """Per-prompt scores of every metric of every case, with the model as it is now.
 
-        ``reference`` holds the unedited model's scores (needed by ``agreement`` and filtered groups);
+        ``reference`` holds the unedited model's results (needed by ``agreement`` and filtered groups);
         ``contexts`` maps a case id to a text put before each of its prompts (in-context editing).
         """
         contexts = contexts or {}
-        pairs: dict[tuple[str, str], None] = {}
+        slots: list[tuple[PromptItem, PromptGroup, list[tuple[ScoreKind, str, list[Request]]]]] = []
         for case in cases:
-            context = contexts.get(case.case_id, "")
-            for group in case.groups.values():
-                kinds = set(group.metrics) - {"entropy"}
-                for k, prompt in enumerate(group.prompts):
-                    if kinds:
-                        pairs[(self._prompt(context + prompt), group.expected[k])] = None
-                    if "prob" in kinds:
-                        pairs[(self._prompt(context + prompt), group.alternatives[k])] = None
-        target_scores = self._score_pairs(pairs)
+            for name, group in case.groups.items():
+                for item in self._items(case, name, group, contexts.get(case.case_id, "")):
+                    asks = [(score_kind(kind), metric, []) for kind, metric in group.metrics.items()]
+                    for kind, _, requests in asks:
+                        requests += kind.requests(item, self.config)
+                    slots.append((item, group, asks))
+        current = self._run([request for _, _, asks in slots for *_, requests in asks for request in requests])
 
         results: Scores = {}
-        for case in cases:
-            context = contexts.get(case.case_id, "")
-            texts = self._generations(case, context)
-            for name, group in case.groups.items():
-                kept = range(len(group.prompts))
-                if group.pre_edit_filter:
-                    unedited = _unedited(reference, case, name, len(group.prompts))
-                    kept = [k for k in kept if unedited[k].prefers_alternative]
-                    rows = results.setdefault(f"{name}_filtered", ("filtered", []))[1]
-                    rows += [(case.case_id, k, float(k not in kept)) for k in range(len(group.prompts))]
-                for kind, metric in group.metrics.items():
-                    rows = results.setdefault(metric, (kind, []))[1]
-                    for k in kept:
-                        prompt = self._prompt(context + group.prompts[k])
-                        if kind == "entropy":
-                            value = ngram_entropy(prompt + texts[(name, k)])
-                            rows.append((case.case_id, k, value))
-                            continue
-                        expected = target_scores[(prompt, group.expected[k])]
-                        if kind == "prob":
-                            value = prefers(expected, target_scores[(prompt, group.alternatives[k])])
-                        elif kind == "token_acc":
-                            value = expected.accuracy
-                        elif kind == "logprob":
-                            value = float(expected.logprobs.mean())
-                        else:
-                            unedited = _unedited(reference, case, name, len(group.prompts))
-                            value = agreement(unedited[k].expected.argmax_ids, expected)
-                        rows.append((case.case_id, k, value))
+        for item, group, asks in slots:
+            if group.pre_edit_filter:
+                left_out = not _prefers_alternative(*_unedited(reference, item, _filter_requests(item)))
+                results.setdefault(f"{item.group}_filtered", ("filtered", []))[1].append(
+                    (item.case_id, item.index, float(left_out))
+                )
+                if left_out:
+                    continue
+            for kind, metric, requests in asks:
+                unedited = _unedited(reference, item, kind.reference_requests(item, self.config))
+                value = kind.value(item, [current[request] for request in requests], unedited)
+                results.setdefault(metric, (kind.name, []))[1].append((item.case_id, item.index, value))
         return results
 
     def score_unedited(self, cases: list[EditCase], reference: Reference, every_group: bool = False) -> Scores:
@@ -168,31 +132,19 @@ class CaseScorer:
         ]
         return {f"{name}_pre": value for name, value in self.score(selected, reference).items()}
 
-    def _generations(self, case: EditCase, context: str) -> dict[tuple[str, int], str]:
-        """Sampled continuations of the case's ``entropy`` prompts (ROME ``generate_fast`` settings)."""
-        slots = [
-            (name, k, self._prompt(context + prompt))
-            for name, group in case.groups.items()
-            if "entropy" in group.metrics
-            for k, prompt in enumerate(group.prompts)
-        ]
-        if not slots:
-            return {}
-        texts = generate(
-            self.model,
-            self.tokenizer,
-            [prompt for *_, prompt in slots],
-            max_length=self.config.generation_max_length,
-            do_sample=True,
-            top_k=self.config.generation_top_k,
-            seed=self.config.seed + case.case_id,
-            batch_size=self.config.batch_size,
-        )
-        return {(name, k): text for (name, k, _), text in zip(slots, texts)}
+
+def _filter_requests(item: PromptItem) -> list[Request]:
+    """What BAKE's pre-edit filter asks of the unedited model: both answers of the prompt."""
+    return [Target(item.bare_prompt, item.expected), Target(item.bare_prompt, item.alternative)]
 
 
-def _unedited(reference: Reference | None, case: EditCase, group: str, n_prompts: int) -> list[UneditedScore]:
-    """The unedited model's scores of a group's prompts, or an error saying the reference is missing."""
-    if n_prompts and (reference is None or (case.case_id, group, 0) not in reference):
-        raise ValueError(f"case {case.case_id}, group {group!r}: scoring needs the unedited model's reference")
-    return [reference[(case.case_id, group, k)] for k in range(n_prompts)]
+def _prefers_alternative(expected: TargetScore, alternative: TargetScore) -> bool:
+    """BAKE's filter: the unedited model did not find the expected answer more likely (NLL ties are kept)."""
+    return not alternative.nll > expected.nll
+
+
+def _unedited(reference: Reference | None, item: PromptItem, requests: list[Request]) -> list[Any]:
+    """The unedited model's results of ``requests``, or an error saying the reference is missing."""
+    if requests and (reference is None or any(request not in reference for request in requests)):
+        raise ValueError(f"case {item.case_id}, group {item.group!r}: scoring needs the unedited model's reference")
+    return [reference[request] for request in requests] if requests else []

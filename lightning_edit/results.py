@@ -4,39 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import platform
-import subprocess
-from dataclasses import asdict
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from lightning_edit.metrics import CONVENTION_LABELS
-
-PACKAGES = ("lightning-edit", "torch", "lightning", "transformers", "torchmetrics", "tokenizers", "jsonargparse")
-
-
-def package_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def git_hash() -> str | None:
-    """Commit of the lightning-edit source tree (``+dirty`` when it has uncommitted changes), None outside git."""
-    here = Path(__file__).parent
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain"], capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return commit + ("+dirty" if dirty.stdout.strip() else "")
+from lightning_edit.provenance import git_hash, package_versions
+from lightning_edit.scoring.kinds import score_kind
 
 
 def _interval(value: float, interval: list[float] | None) -> str:
@@ -60,7 +32,7 @@ def markdown_table(metrics: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"| {name} | {_interval(result['macro'], result.get('macro_ci95'))} "
             f"| {_interval(result['micro'], result.get('micro_ci95'))} | {result['n_cases']} | {result['n_prompts']} "
-            f"| {CONVENTION_LABELS[result['kind']]} |"
+            f"| {score_kind(result['kind']).label} |"
         )
     return "\n".join(lines)
 
@@ -90,22 +62,3 @@ def write_results(
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     (directory / "results.md").write_text(markdown_table(metrics) + "\n")
     return path
-
-
-def save_edited_model(model, tokenizer, directory: str | Path, cases: list, editor: str, hparams: Any) -> Path:
-    """Save an edited model (safetensors) and its tokenizer, with ``edits.json``: which edits it holds."""
-    directory = Path(directory)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    record = {
-        "editor": editor,
-        "hparams": json.loads(json.dumps(dict(hparams), default=str)),
-        "edits": [
-            {"case_id": case.case_id, "source": case.source, "requests": [asdict(r) for r in case.requests]}
-            for case in cases
-        ],
-        "versions": package_versions(),
-        "git_hash": git_hash(),
-    }
-    (directory / "edits.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-    return directory

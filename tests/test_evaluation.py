@@ -5,7 +5,7 @@ log-probabilities of the next token. With a whitespace word-level tokenizer, the
 from the row of the prompt's last word (and, for a two-word target, the row of its first word), so every score
 below can be written down from the tables by hand.
 
-Conventions checked (docs/easyedit-conventions.md §1-3, datasets.md §5):
+Conventions checked (docs/metrics.md: prob, token_acc, agreement, aggregation; docs/benchmarks.md#counterfact):
 - ES/PS/NS: 1 iff mean per-token NLL(expected) < NLL(alternative), strictly (a tie is a failure);
 - token accuracy: share of target tokens that are the argmax under teacher forcing;
 - locality: share of argmax tokens along the expected answer equal to the unedited model's;
@@ -26,6 +26,7 @@ from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.evaluation import CaseScorer, ScoringConfig
 from lightning_edit.metrics import PromptMean
 from lightning_edit.scoring import score_targets
+from lightning_edit.scoring.kinds import Target
 
 # fmt: off
 VOCAB = [
@@ -348,12 +349,21 @@ def test_unedited_scores_match_hand_computation(tokenizer):
 
 def test_reference_holds_unedited_argmaxes_along_expected_answers(tokenizer):
     reference = scorer(UNEDITED, tokenizer).reference(CASES)
-    assert {key: unedited.expected.argmax_ids.tolist() for key, unedited in reference.items()} == {
+    request = {
+        (case.case_id, name, k): Target(prompt, group.expected[k])
+        for case in CASES
+        for name, group in case.groups.items()
+        for k, prompt in enumerate(group.prompts)
+    }
+    expected = {
         (3, "neighborhood", 0): [ID["Rome"]],  # after "at"
         (5, "neighborhood", 0): [ID["Milan"]],  # after "remains"
         (8, "neighborhood", 0): [ID["Rome"]],
         (8, "neighborhood", 1): [ID["New"], ID["York"]],  # after "was", then after "New"
         (13, "locality", 0): [ID["Paris"]],  # after "named"
+    }
+    assert {key: score.argmax_ids.tolist() for key, score in reference.items()} == {
+        request[slot]: ids for slot, ids in expected.items()
     }
 
 
@@ -387,7 +397,7 @@ def test_scores_do_not_depend_on_batch_size(tokenizer, batch_size):
     reference_small = scorer(UNEDITED, tokenizer, batch_size=batch_size).reference(CASES)
     assert reference_small.keys() == reference_large.keys()
     assert all(
-        torch.equal(reference_small[key].expected.argmax_ids, reference_large[key].expected.argmax_ids)
+        torch.equal(reference_small[key].argmax_ids, reference_large[key].argmax_ids)
         for key in reference_large
     )
     large = scorer(EDITED, tokenizer, batch_size=1000).score(CASES, reference_large)

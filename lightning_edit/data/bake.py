@@ -2,7 +2,7 @@
 
 A record is a ROME-format CounterFact record plus a ``reverse_qa`` block (BAKE-Q&J only: ``"London is the capital
 of"`` → ``France``, competing with the original ``England``) and a ``reverse_judge`` block (``"Whether London is the
-capital of France?"`` → ``Yes`` vs ``No``); datasets.md §2. Metrics (paper §4; fractions, not percentages):
+capital of France?"`` → ``Yes`` vs ``No``); docs/benchmarks.md#bake. Metrics (paper §4; fractions, not percentages):
 
 - ES (rewrite prompt), GS (paraphrases), LS (neighbourhood prompts keep the true answer);
 - RQS (reverse QA) and RJS (reverse judgment), each counted only where the unedited model preferred the original
@@ -16,8 +16,9 @@ capital of France?"`` → ``Yes`` vs ``No``); datasets.md §2. Metrics (paper §
 
 Two scoring conventions (``convention``): ``probability``, the paper's code (1 iff the mean per-token NLL of the new
 answer is below that of the true one; LS: the true answer stays preferred), and ``token_accuracy``, the 2025
-EasyEdit-based code (teacher-forced token accuracy; LS: argmax agreement with the unedited model; datasets.md §2b,
-without its judgment bug that scores 0 for every non-GRACE method). The filter compares probabilities under both.
+EasyEdit-based code (teacher-forced token accuracy; LS: argmax agreement with the unedited model; without its
+judgment bug that scores 0 for every non-GRACE method; docs/benchmarks.md#bake). The filter compares probabilities
+under both.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from lightning_edit.data.schema import EditCase, PromptGroup
 
 log = logging.getLogger(__name__)
 
-# Judgment prompts of the paper's code per model family; {} is the statement (datasets.md §2a). "record" uses the
-# record's reverse_judge.prompt as it is (the code's setting for GPT-2 XL).
+# Judgment prompts of the paper's code per model family; {} is the statement (docs/benchmarks.md#bake). "record"
+# uses the record's reverse_judge.prompt as it is (the code's setting for GPT-2 XL).
 JUDGE_TEMPLATES = {
     "record": "",
     "gpt-j": "{}, is the information described in this sentence correct?",
@@ -95,6 +96,10 @@ class BAKE(EditDataModule):
         self.judge_template = template
         self.judge_candidates = tuple(judge_candidates) if judge_candidates else None
 
+    def source_name(self) -> str | None:
+        """``path: bake`` names the published file of the variant, source ``bake-qa`` or ``bake-judge``."""
+        return f"bake-{self.variant}" if self.path == "bake" else self.path
+
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)
         cases = [self._case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
@@ -108,6 +113,18 @@ class BAKE(EditDataModule):
                 len(records),
             )
         return cases
+
+    def declared_metrics(self) -> dict[str, str]:
+        probability = self.convention == "probability"
+        success = "prob" if probability else "token_acc"
+        metrics = {"ES": success, "GS": success, "LS": "prob" if probability else "agreement"}
+        for group, metric in [("reverse_qa", "RQS")] * (self.variant == "qa") + [("reverse_judge", "RJS")]:
+            metrics |= {f"{group}_filtered": "filtered"} if self.pre_edit_filter else {}
+            metrics[metric] = success
+        if self.variant == "qa":
+            logprobs = ["RQ_logprob_new", "RQ_logprob_true"]
+            metrics |= {name + suffix: "logprob" for suffix in ("", "_pre") for name in logprobs}
+        return metrics | {"RS": "derived", "S": "derived"}
 
     def _case(self, reader: RecordReader) -> EditCase:
         request = rome_request(reader, _BAKE_KEYS)

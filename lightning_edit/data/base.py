@@ -19,6 +19,7 @@ from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_edit.data.schema import EditCase
+from lightning_edit.data.sources import fetch, is_known, local_path
 from lightning_edit.resources import resolve_path
 
 log = logging.getLogger(__name__)
@@ -195,14 +196,42 @@ class EditDataModule(LightningDataModule, ABC):
     def load_cases(self) -> list[EditCase]:
         """Read :attr:`path` and return every edit case in file order (raise :class:`DataFormatError`)."""
 
+    @abstractmethod
+    def declared_metrics(self) -> dict[str, str]:
+        """Every metric the benchmark reports, name -> score kind, in report order; known from the settings alone.
+
+        Includes ``<group>_filtered`` (kind ``filtered``) for groups with a pre-edit filter, ``<metric>_pre`` for
+        groups scored before editing (``pre_edit``) and the metrics of :meth:`derived_metrics` (kind ``derived``).
+        The editor creates its metrics from this list before any case is scored; a case reporting anything else is
+        an error.
+        """
+
     def skip(self, index: int, reason: str) -> None:
         """Leave a record out, on the record: skipped records are counted and listed in results.json."""
         self.skipped.append({"record": index, "reason": reason})
         log.warning("%s: record %d skipped: %s", self.path, index, reason)
 
+    def source_name(self) -> str | None:
+        """The data source (:mod:`lightning_edit.data.sources`) that :attr:`path` names: ``path`` by default."""
+        return self.path
+
+    def _named_source(self) -> str | None:
+        """:meth:`source_name` if it is a registered source and ``path`` is neither a file nor ``builtin:``."""
+        name = self.source_name()
+        if name is None or self.path.startswith("builtin:") or Path(self.path).exists() or not is_known(name):
+            return None
+        return name
+
+    def prepare_data(self) -> None:
+        """Download the named source's files once (Lightning calls this on one process per machine)."""
+        if name := self._named_source():
+            fetch(name)
+
     def setup(self, stage: str | None = None) -> None:
         if self.cases:
             return
+        if name := self._named_source():
+            self.path = str(local_path(name))  # on every process, the file prepare_data fetched
         self.skipped = []
         cases = self.load_cases()
         seen: dict[int, str] = {}

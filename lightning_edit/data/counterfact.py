@@ -76,6 +76,11 @@ class CounterFact(EditDataModule):
         read_case = self._rome_case if rome else self._flat_case
         return [read_case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
 
+    def declared_metrics(self) -> dict[str, str]:
+        metrics = {"ES": "prob", "rewrite_acc": "token_acc", "PS": "prob", "rephrase_acc": "token_acc"}
+        metrics |= {"NS": "prob", "locality_acc": "agreement"}
+        return metrics | ({"GE": "entropy"} if self.generation else {})
+
     def _rome_case(self, reader: RecordReader) -> EditCase:
         request = rome_request(reader, _ROME_KEYS)
         new, true = request.target_new, request.target_true

@@ -6,43 +6,37 @@ A training example is an edit (prompt, subject, ``target_new``), the *equivalent
 
 - zsRE: the record's Natural Questions prompt ``loc`` with ``loc_ans`` (unrelated to the edit, as in MEND's zsRE
   training);
-- CounterFact (flat split or ROME format) and the toy world: the neighbourhood prompts (other subjects with the
-  edit's true object) with that object, ``n_locality`` of them per edit, drawn with the seed (the flat split has one).
+- CounterFact (flat split or ROME format): the neighbourhood prompts (other subjects with the edit's true object)
+  with that object, ``n_locality`` of them per edit, drawn with the seed (the flat split has one).
 
 The examples come from the benchmark readers (:class:`~lightning_edit.data.CounterFact`,
 :class:`~lightning_edit.data.ZsRE`), so records are checked as in evaluation. Validation yields
 :class:`~lightning_edit.data.schema.EditCase` batches, scored by the editor's own protocol (ES, PS, NS, ...).
 
 Training batches are drawn in a seeded order per epoch; the DataModule's state (saved in Lightning checkpoints) holds
-the position reached, so a fit resumed mid-epoch continues with the next batch of the same order.
+the position reached, so a fit resumed mid-epoch continues with the next batch of the same order. A subclass supplies
+other edits by overriding :meth:`EditTraining.load_splits` (the toy world's: :mod:`lightning_edit.toy.edit_training`).
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Sampler
 
-from lightning_edit.data.base import DataFormatError, RecordReader, edit_batch_loader, read_records
+from lightning_edit.data.base import DataFormatError, edit_batch_loader
 from lightning_edit.data.counterfact import CounterFact
 from lightning_edit.data.schema import EditCase, EditRequest
-from lightning_edit.data.toy_world import Fact, ToyWorld
 from lightning_edit.data.zsre import ZsRE
-from lightning_edit.resources import resolve_path
 
-Source = Literal["counterfact", "zsre", "toy"]
+Source = Literal["counterfact", "zsre"]
 #: Prompt groups of each benchmark: (equivalent prompts, locality prompts).
-_GROUPS = {
-    "counterfact": ("paraphrase", "neighborhood"),
-    "toy": ("paraphrase", "neighborhood"),
-    "zsre": ("rephrase", "locality"),
-}
+_GROUPS = {"counterfact": ("paraphrase", "neighborhood"), "zsre": ("rephrase", "locality")}
 
 
 @dataclass(frozen=True)
@@ -85,29 +79,24 @@ class EpochOrder(Sampler[int]):
 
 
 class EditTraining(LightningDataModule):
-    """Batches of training edits for MEND, from CounterFact, zsRE or the toy world.
+    """Batches of training edits for MEND, from CounterFact or zsRE files.
 
     Args:
-        source: ``counterfact`` (flat MEND/EasyEdit split or ROME format), ``zsre`` (MEND format, ``alt`` targets)
-            or ``toy`` (edits of the toy world's facts, ROME CounterFact format).
-        train_path: the training file (counterfact, zsre); unused for ``toy``.
-        val_path: the validation file; None holds out the last ``val_size`` training cases (toy: facts) instead.
+        source: ``counterfact`` (flat MEND/EasyEdit split or ROME format) or ``zsre`` (MEND format, ``alt``
+            targets).
+        train_path: the training file; required unless a subclass overrides :meth:`load_splits`.
+        val_path: the validation file; None holds out the last ``val_size`` training cases instead.
         val_size: cases held out for validation when there is no ``val_path``; also caps the validation cases.
         limit: keep only the first ``limit`` training cases (smoke runs).
         batch_size: edits per training step (MEND: 1).
         val_batch_size: edit cases per validation step.
-        n_locality: locality prompts per edit (CounterFact and toy neighbourhoods; zsRE has one).
+        n_locality: locality prompts per edit (CounterFact neighbourhoods; zsRE has one).
         seed: seeds the epoch orders and the choice of locality prompts.
-        toy_world: the toy world (``world.json``) whose facts are edited; its facts must be those the model knows.
-        toy_heldout: ROME-format benchmark files whose (subject, relation) pairs are never trained on (the
-            held-out evaluation edits); None: ``builtin:data/toy/counterfact.json``.
-        toy_variants: edits drawn per toy fact, each with its own counterfactual target, template and neighbours
-            (more distinct training edits from one small world).
     """
 
     def __init__(
         self,
-        source: Source = "toy",
+        source: Source = "counterfact",
         train_path: str | None = None,
         val_path: str | None = None,
         val_size: int = 50,
@@ -116,22 +105,14 @@ class EditTraining(LightningDataModule):
         val_batch_size: int = 8,
         n_locality: int = 1,
         seed: int = 0,
-        toy_world: str = "builtin:data/toy/world.json",
-        toy_heldout: list[str] | None = None,
-        toy_variants: int = 1,
     ):
         super().__init__()
         if source not in _GROUPS:
             raise ValueError(f"source must be one of {sorted(_GROUPS)}, got {source!r}")
-        if source != "toy" and train_path is None:
-            raise ValueError(f"source={source!r} needs train_path")
         self.save_hyperparameters()
         self.source, self.train_path, self.val_path = source, train_path, val_path
         self.val_size, self.limit, self.seed = val_size, limit, seed
         self.batch_size, self.val_batch_size, self.n_locality = batch_size, val_batch_size, n_locality
-        self.toy_world = toy_world
-        self.toy_heldout = ["builtin:data/toy/counterfact.json"] if toy_heldout is None else toy_heldout
-        self.toy_variants = toy_variants
         self.train_edits: list[TrainingEdit] = []
         self.cases: list[EditCase] = []  # validation cases
         self.skipped: list[dict[str, Any]] = []
@@ -140,51 +121,38 @@ class EditTraining(LightningDataModule):
 
     # Reading ---------------------------------------------------------------------------------------------------
 
+    def _reader(self, path: str) -> ZsRE | CounterFact:
+        return ZsRE(path) if self.source == "zsre" else CounterFact(path)
+
+    def declared_metrics(self) -> dict[str, str]:
+        """The metrics of the validation cases: those of the benchmark the files are read as."""
+        return self._reader(self.val_path or self.train_path or "").declared_metrics()
+
+    def derived_metrics(self, results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {}
+
     def _read(self, path: str) -> list[EditCase]:
-        reader = ZsRE(path) if self.source == "zsre" else CounterFact(path)
+        reader = self._reader(path)
         cases = reader.load_cases()
         self.skipped += [{"file": path, **skip} for skip in reader.skipped]
         return cases
 
-    def _toy_cases(self) -> tuple[list[EditCase], list[EditCase]]:
-        """(training, validation) edits of the toy world's facts, none of a held-out (subject, relation) pair.
-
-        Validation takes the last ``val_size`` facts of the first draw; no draw of those facts is trained on.
-        """
-        world = load_toy_world(self.toy_world)
-        heldout = set()
-        for path in self.toy_heldout:
-            for index, record in enumerate(read_records(path)):
-                reader = RecordReader(path, index, record)
-                heldout.add(
-                    (reader.string("requested_rewrite.subject"), reader.string("requested_rewrite.relation_id"))
-                )
-        draws = []
-        for variant in range(self.toy_variants):
-            records = replace(world, seed=world.seed + variant).counterfact_records(len(world.facts))
-            draws.append([record for record in records if _fact(record) not in heldout])
-        if len(draws[0]) <= self.val_size:
-            raise DataFormatError(self.toy_world, f"{len(draws[0])} facts to edit, val_size {self.val_size}")
-        val = draws[0][-self.val_size :]
-        validated = {_fact(record) for record in val}
-        train = [record for draw in draws for record in draw if _fact(record) not in validated]
-        records = [{**record, "case_id": index} for index, record in enumerate(train + val)]
-        cases = _RecordCounterFact(f"toy world {self.toy_world}", records).load_cases()
-        return cases[: len(train)], cases[len(train) :]
+    def load_splits(self) -> tuple[list[EditCase], list[EditCase]]:
+        """(training, validation) cases: the two files, or the training file with its last ``val_size`` held out."""
+        if self.train_path is None:
+            raise ValueError(f"source={self.source!r} needs train_path")
+        if self.val_path is not None:
+            return self._read(self.train_path), self._read(self.val_path)
+        cases = self._read(self.train_path)
+        if len(cases) <= self.val_size:
+            raise DataFormatError(self.train_path, f"{len(cases)} cases, val_size {self.val_size}")
+        return cases[: -self.val_size], cases[-self.val_size :]
 
     def setup(self, stage: str | None = None) -> None:
         if self.cases:
             return
         self.skipped = []
-        if self.source == "toy":
-            train, val = self._toy_cases()
-        elif self.val_path is not None:
-            train, val = self._read(self.train_path), self._read(self.val_path)
-        else:
-            cases = self._read(self.train_path)
-            if len(cases) <= self.val_size:
-                raise DataFormatError(self.train_path, f"{len(cases)} cases, val_size {self.val_size}")
-            train, val = cases[: -self.val_size], cases[-self.val_size :]
+        train, val = self.load_splits()
         train = train[: self.limit] if self.limit is not None else train
         self.train_edits = [self._training_edit(case) for case in train]
         self.cases = val[: self.val_size]
@@ -224,29 +192,3 @@ class EditTraining(LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         if state_dict:
             self._resume = (state_dict["epoch"], state_dict["batches"])
-
-
-class _RecordCounterFact(CounterFact):
-    """CounterFact cases from records in memory (the toy world's), read with CounterFact's own checks."""
-
-    def __init__(self, name: str, records: list[dict]):
-        super().__init__(name)
-        self.records = records
-
-    def load_cases(self) -> list[EditCase]:
-        return [self._rome_case(RecordReader(self.path, index, record)) for index, record in enumerate(self.records)]
-
-
-def _fact(record: dict) -> tuple[str, str]:
-    """(subject, relation) of a ROME-format toy record."""
-    return record["requested_rewrite"]["subject"], record["requested_rewrite"]["relation_id"]
-
-
-def load_toy_world(path: str) -> ToyWorld:
-    """The toy world of a ``world.json`` (written by :meth:`ToyWorld.write_benchmarks`)."""
-    data = json.loads(resolve_path(path).read_text(encoding="utf-8"))
-    facts = [Fact(f["subject"], f["relation"], f["object"]) for f in data["facts"]]
-    bidirectional = {
-        fact for fact, record in zip(facts, data["facts"]) if record["direction_in_training"] == "bidirectional"
-    }
-    return ToyWorld(data["seed"], data["entities"], facts, frozenset(bidirectional))

@@ -5,14 +5,10 @@ Each :class:`PromptGroup` says, per prompt, which answer is expected (and, for p
 answer competes with it) and which metrics score it: ``{"prob": "ES", "token_acc": "rewrite_acc"}`` maps a
 score kind to the name the benchmark reports it under.
 
-Score kinds (the conventions are documented once, in :mod:`lightning_edit.metrics`):
-
-- ``prob``: probability comparison, success iff mean per-token NLL(expected) < NLL(alternative) (ROME, CounterFact);
-- ``token_acc``: teacher-forced token accuracy of the expected answer (EasyEdit ``rewrite_acc``; ROME's zsRE);
-- ``agreement``: share of argmax tokens along the expected answer equal to those of the unedited model
-  (EasyEdit locality);
-- ``entropy``: weighted bi/tri-gram entropy of a text generated from the prompt (ROME's GE);
-- ``logprob``: mean per-token log-probability of the expected answer (BAKE's log-probability analysis).
+Score kinds are registered by name (:mod:`lightning_edit.scoring.kinds`; conventions in docs/metrics.md): ``prob``
+(probability comparison), ``token_acc`` (teacher-forced token accuracy), ``agreement`` (argmax agreement with the
+unedited model), ``entropy`` (n-gram entropy of a sampled text), ``logprob`` (mean log-probability), and any kind a
+benchmark registers. A group may carry per-prompt ``details`` that its own kinds read (options, references, ...).
 
 Two group options concern the unedited model: ``pre_edit_filter`` keeps a prompt only if the unedited model
 preferred the alternative (the original answer) over the expected one (BAKE's filter for reverse prompts; the
@@ -22,11 +18,11 @@ on the unedited model, under ``<metric>_pre``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any
 
-ScoreKind = Literal["prob", "token_acc", "agreement", "entropy", "logprob"]
-SCORE_KINDS: tuple[str, ...] = ("prob", "token_acc", "agreement", "entropy", "logprob")
+from lightning_edit.scoring.kinds import score_kind
 
 
 @dataclass(frozen=True)
@@ -64,11 +60,12 @@ class PromptGroup:
     Args:
         prompts: the prompts, scored independently.
         expected: per prompt, the answer the model should give (the teacher-forced continuation).
-        alternatives: per prompt, the competing answer for probability comparison (None if the group has no
-            ``prob`` metric).
+        alternatives: per prompt, the competing answer for probability comparison (None if no kind of the group
+            needs one).
         metrics: score kind -> reported metric name, e.g. ``{"prob": "ES", "token_acc": "rewrite_acc"}``.
         pre_edit_filter: score a prompt only if the unedited model preferred its alternative (BAKE).
         pre_edit: also report the metrics as scored on the unedited model, as ``<metric>_pre``.
+        details: per prompt, extra fields for a benchmark's own score kinds (None: none).
     """
 
     prompts: tuple[str, ...]
@@ -77,17 +74,22 @@ class PromptGroup:
     metrics: dict[str, str] = field(default_factory=dict, hash=False)
     pre_edit_filter: bool = False
     pre_edit: bool = False
+    details: tuple[Mapping[str, Any], ...] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if len(self.expected) != len(self.prompts):
             raise ValueError(f"{len(self.prompts)} prompts but {len(self.expected)} expected answers")
         if self.alternatives is not None and len(self.alternatives) != len(self.prompts):
             raise ValueError(f"{len(self.prompts)} prompts but {len(self.alternatives)} alternatives")
-        unknown = set(self.metrics) - set(SCORE_KINDS)
-        if unknown:
-            raise ValueError(f"unknown score kinds {sorted(unknown)}; known: {list(SCORE_KINDS)}")
-        if ("prob" in self.metrics or self.pre_edit_filter) and self.alternatives is None:
-            raise ValueError("a group scored by probability comparison or filtered before editing needs alternatives")
+        if self.details is not None and len(self.details) != len(self.prompts):
+            raise ValueError(f"{len(self.prompts)} prompts but {len(self.details)} details")
+        kinds = [score_kind(name) for name in self.metrics]
+        unscored = [kind.name for kind in kinds if not kind.scored]
+        if unscored:
+            raise ValueError(f"score kinds {unscored} are not computed per prompt")
+        comparing = [kind.name for kind in kinds if kind.needs_alternative]
+        if self.alternatives is None and (self.pre_edit_filter or comparing):
+            raise ValueError(f"a group filtered before editing or scored by {comparing} needs alternatives")
 
     @classmethod
     def shared_answer(

@@ -63,6 +63,14 @@ class ZsRE(EditDataModule):
                 cases.append(case)
         return cases
 
+    def declared_metrics(self) -> dict[str, str]:
+        return {
+            "rewrite_acc": "token_acc",
+            "rephrase_acc": "token_acc",
+            "locality_acc": "agreement",
+            "neighborhood_acc": "token_acc",
+        }
+
     def _case(self, reader: RecordReader) -> EditCase | None:
         subject, question = reader.string("subject"), reader.string("src")
         template = reader.template("src", subject)

@@ -1,19 +1,31 @@
 """The editor base class: owns the language model and runs the validate loop under an edit protocol.
 
 A method subclasses :class:`EditorModule` and says which parameters an edit touches (:meth:`edited_parameters`)
-and how it changes them (:meth:`apply_edits`). The base class runs the protocol:
+and how it changes them (:meth:`apply_edits`). Every protocol goes through one edit/undo contract: before requests
+are applied, :meth:`prepare_undo` returns an :class:`Undo` that takes them back (by default a bit-exact snapshot of
+the edited parameters; an editor that adds modules or adapters returns one that removes them), and
+:meth:`EditorModule.edit` applies requests and returns their undo. The base class runs the protocol:
 
-- ``single``: each case is applied to the unedited model, scored, and the weights restored (bit-identical);
+- ``single``: each case is applied to the unedited model, scored, and undone (bit-identical);
 - ``batch``: the cases of one dataloader batch (``data.batch_size``) are applied together, each is scored on
-  that model, then the weights are restored;
+  that model, then they are undone;
 - ``sequential``: before evaluation, every case is applied cumulatively, ``edit_batch_size`` cases per editor
   call, in dataset order; all cases are then scored on the final model (the WISE/AlphaEdit "T edits, then
   evaluate" protocol), and, for each n in ``eval_at``, the first n cases are also scored right after the n-th
-  edit (reported as ``<metric>@<n>``, the retention curve). The weights are restored after the run.
+  edit (reported as ``<metric>@<n>``, the retention curve). Every edit is undone after the run.
+
+``edit_batch_size`` belongs to ``sequential`` (and ``fit``); under ``batch`` the number of cases edited together is
+``data.batch_size``, so any other ``edit_batch_size`` there (or under ``single``) is an error, not ignored.
 
 ``fit`` applies every case of the benchmark (as the sequential protocol does, ``edit_batch_size`` per call) in
-``on_fit_start`` and saves the edited model (safetensors) with ``edits.json``, the record of the edits it holds, to
-``output_dir``; no training step runs. Trainable editors (MEND) override this with an ordinary training loop.
+``on_fit_start``, exports the result (:meth:`export`: by default the edited model as safetensors with
+``edits.json``, the record of the edits it holds) to ``output_dir``, and undoes the edits, so the module in memory
+is the unedited model again; no training step runs. Trainable editors (MEND) override this with an ordinary
+training loop.
+
+The benchmark declares the metrics it reports (:meth:`~lightning_edit.data.base.EditDataModule.declared_metrics`);
+the editor creates their torchmetrics in ``setup``, with ``<metric>_pre`` (``scoring.pre_edit``) and
+``<metric>@<n>`` (``eval_at``) variants, so every process holds the same metrics from the start.
 
 Locality (``agreement``) metrics, BAKE's pre-edit filter and the ``<metric>_pre`` reports use the model before any
 edit of the run. With ``in_context``, each case's in-context text (built before any edit) is put before its
@@ -26,33 +38,47 @@ Several processes (``--trainer.devices N``, any strategy Lightning launches) spl
 cases between them and give exactly the numbers of one process: under ``single`` and ``batch`` each process edits
 its own copy of the model for its own batches; under ``sequential`` every process applies every edit (the same
 deterministic computation) and then takes the weights of process 0, so all hold one edited model, and scores its
-own batches. A case the distributed sampler repeats is counted once.
+own batches (the parameters the undo restores and any state the edits added are taken from process 0). A case the
+distributed sampler repeats is counted once.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
-import torch.distributed as dist
 from lightning import LightningModule
 from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from lightning_edit.data.base import EditDataModule, loader_cases
+from lightning_edit.data.base import loader_cases
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContext, InContextPrompts
 from lightning_edit.evaluation import CaseScorer, Reference, Scores, ScoringConfig
-from lightning_edit.metrics import CONVENTIONS, PromptMean
+from lightning_edit.metrics import PromptMean
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
+from lightning_edit.models.saving import save_edited_model
 from lightning_edit.models.snapshot import WeightSnapshot
 from lightning_edit.models.tokenization import encode_prompt_target
-from lightning_edit.results import save_edited_model
+from lightning_edit.scoring.kinds import score_kind
+
+
+class Undo(Protocol):
+    """How to take edits back (returned by :meth:`EditorModule.prepare_undo`).
+
+    Attributes:
+        names: the parameters :meth:`restore` writes back (shared from process 0 after sequential edits).
+    """
+
+    names: list[str]
+
+    def restore(self) -> None:
+        """Return the model to its state when this undo was made (bit-identical)."""
 
 
 class EditorModule(LightningModule, ABC):
@@ -62,7 +88,7 @@ class EditorModule(LightningModule, ABC):
         lm: the causal language model to edit (path, dtype, ...).
         protocol: how edits meet evaluation: ``single`` (each case alone), ``batch`` (the cases of a dataloader
             batch together) or ``sequential`` (all cases cumulatively, then evaluate); see the module docstring.
-        edit_batch_size: sequential protocol: cases applied per editor call.
+        edit_batch_size: cases applied per editor call under ``sequential`` and in ``fit`` (1 under the others).
         eval_at: sequential protocol: also score the first n cases right after the n-th edit, for each n.
         scoring: how evaluation prompts are scored (batch size, chat template, generation settings).
         output_dir: where ``fit`` saves the edited model; default ``<log dir>/edited_model``.
@@ -94,11 +120,11 @@ class EditorModule(LightningModule, ABC):
         self.output_dir = output_dir
         self.in_context = in_context
         self._contexts: dict[int, str] = {}  # case id -> in-context text, built before any edit
-        self.metrics = nn.ModuleDict()
+        self.metrics = nn.ModuleDict()  # created in setup from the benchmark's declared metrics
         self.metric_kinds: dict[str, str] = {}
         self.results: dict[str, dict[str, Any]] = {}
         self.case_scores: dict[str, dict[int, float]] = {}  # metric -> case id -> mean over the case's prompts
-        self._sequential: tuple[WeightSnapshot, Reference] | None = None  # (snapshot, pre-edit reference)
+        self._sequential: tuple[Undo, Reference] | None = None  # (undo of every edit, pre-edit reference)
 
     @abstractmethod
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
@@ -107,6 +133,29 @@ class EditorModule(LightningModule, ABC):
     @abstractmethod
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """Write the requests into ``self.model`` in place."""
+
+    def prepare_undo(self, requests: list[EditRequest]) -> Undo:
+        """How to undo ``requests``, made before they are applied (in one :meth:`apply_edits` call or several).
+
+        By default a bit-exact snapshot of :meth:`edited_parameters`; an editor that adds modules or adapters
+        overrides it to remove them (and restore anything else it changed).
+        """
+        return WeightSnapshot(self.model, self.edited_parameters(requests) if self.edits_weights else [])
+
+    def edit(self, requests: list[EditRequest]) -> Undo:
+        """Apply ``requests`` to the model; returns how to undo them (pass it to :meth:`undo`)."""
+        undo = self.prepare_undo(requests)
+        self.apply_edits(requests)
+        return undo
+
+    def undo(self, undo: Undo) -> None:
+        """Take edits back and forget the editor's state that belongs to them (:meth:`on_edits_restored`)."""
+        undo.restore()
+        self.on_edits_restored()
+
+    def export(self, directory: Path, cases: list[EditCase]) -> Path:
+        """Save what ``fit`` produced: by default the edited model (safetensors) and ``edits.json``."""
+        return save_edited_model(self.model, self.tokenizer, directory, cases, type(self).__name__, self.hparams)
 
     def check_cases(self, cases: list[EditCase]) -> None:
         """Raise, naming the case, if a request cannot be edited; called on every case before any weight changes."""
@@ -138,14 +187,13 @@ class EditorModule(LightningModule, ABC):
 
     @contextmanager
     def edits_applied(self, requests: list[EditRequest]) -> Iterator[None]:
-        """The requests applied for the duration of the block; the edited parameters are restored afterwards."""
-        names = self.edited_parameters(requests) if self.edits_weights else []
+        """The requests applied for the duration of the block, undone afterwards (also on an exception)."""
+        undo = self.prepare_undo(requests)
         try:
-            with WeightSnapshot(self.model, names) if names else nullcontext():
-                self.apply_edits(requests)
-                yield
+            self.apply_edits(requests)
+            yield
         finally:
-            self.on_edits_restored()
+            self.undo(undo)
 
     def transfer_batch_to_device(self, batch: list[EditCase], device: torch.device, dataloader_idx: int) -> list:
         return batch  # edit cases hold text; the scorer tokenizes onto the model's device
@@ -176,12 +224,13 @@ class EditorModule(LightningModule, ABC):
                 bar.update(len(chunk))
                 yield start + len(chunk)
 
-    def _share_weights(self, names: list[str]) -> None:
-        """Give every process the values of ``names`` on process 0 (a no-op on one process)."""
+    def _share_edited_state(self, undo: Undo, before: set[str]) -> None:
+        """Give every process process 0's values of what the edits changed: the parameters ``undo`` restores and
+        any state added since ``before`` (the model's state names then); a no-op on one process."""
         if self.trainer.world_size > 1:
-            for name in names:
-                parameter = self.model.get_parameter(name)
-                parameter.data.copy_(self.trainer.strategy.broadcast(parameter.data, src=0))
+            state = self.model.state_dict(keep_vars=True)
+            for name in sorted(set(undo.names) | (set(state) - before)):
+                state[name].data.copy_(self.trainer.strategy.broadcast(state[name].data, src=0))
 
     def _apply_sequentially(self, cases: list[EditCase], local: list[EditCase]) -> None:
         """Sequential protocol: apply every case cumulatively, scoring the prefixes in ``eval_at``.
@@ -191,30 +240,32 @@ class EditorModule(LightningModule, ABC):
         scorer = self._scorer()
         reference = scorer.reference(local)
         self._update_metrics(scorer.score_unedited(local, reference, self.scoring.pre_edit))
-        names = self.edited_parameters(self._requests(cases))
-        self._sequential = (WeightSnapshot(self.model, names), reference)
+        before = set(self.model.state_dict())
+        undo = self.prepare_undo(self._requests(cases))
+        self._sequential = (undo, reference)
         positions = {case.case_id: position for position, case in enumerate(cases)}
         previous = 0
         for applied in self._apply_in_order(cases, "sequential edits"):
             for n in self.eval_at:
                 if previous < n <= applied:
-                    self._share_weights(names)
+                    self._share_edited_state(undo, before)
                     prefix = [case for case in local if positions[case.case_id] < n]
                     self._update_metrics(scorer.score(prefix, reference, self._contexts), suffix=f"@{n}")
             previous = applied
-        self._share_weights(names)
+        self._share_edited_state(undo, before)
 
     def on_fit_start(self) -> None:
-        """Closed-form editing: apply every training case, save the edited model, and end the fit."""
+        """Closed-form editing: apply every training case, export the result, undo the edits, and end the fit."""
         cases = loader_cases(self.trainer.datamodule.train_dataloader())  # every case, on every process
         self.check_cases(cases)
         self._prepare()
+        undo = self.prepare_undo(self._requests(cases))
         for _ in self._apply_in_order(cases, "edits"):
             pass
         if self.trainer.is_global_zero:
             log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
-            directory = Path(self.output_dir) if self.output_dir else log_dir / "edited_model"
-            save_edited_model(self.model, self.tokenizer, directory, cases, type(self).__name__, self.hparams)
+            self.export(Path(self.output_dir) if self.output_dir else log_dir / "edited_model", cases)
+        self.undo(undo)
         self.trainer.should_stop = True
         self.trainer.num_sanity_val_steps = 0  # nothing to sanity-check: validation is its own run
 
@@ -224,9 +275,70 @@ class EditorModule(LightningModule, ABC):
     def configure_optimizers(self) -> None:
         return None  # nothing is trained
 
+    def setup(self, stage: str) -> None:
+        """Create the metrics the benchmark declares, with their ``_pre`` and ``@n`` variants (validate, test, and
+        fit when the fit validates, as MEND's training data does)."""
+        datamodule = self.trainer.datamodule
+        if not hasattr(datamodule, "declared_metrics"):
+            if stage in ("validate", "test"):
+                raise TypeError(f"{type(self).__name__} evaluates an EditDataModule benchmark, not {datamodule!r}")
+            return
+        declared = {name: kind for name, kind in datamodule.declared_metrics().items() if kind != "derived"}
+        names = dict(declared)
+        if self.scoring.pre_edit:
+            names |= {f"{name}_pre": kind for name, kind in declared.items() if not name.endswith("_pre")}
+        for n in self.eval_at:
+            names |= {f"{name}@{n}": kind for name, kind in declared.items() if not name.endswith("_pre")}
+        order = sorted(names, key=lambda name: ("@" in name, name.endswith("_pre")))
+        self.metric_kinds = {name: names[name] for name in order}
+        self.metrics = nn.ModuleDict(
+            {
+                name: PromptMean(score_kind(kind).convention, score_kind(kind).higher_is_better)
+                for name, kind in names.items()
+            }
+        )
+
+    def _check_declared(self, cases: list[EditCase]) -> None:
+        """Raise, naming the case, if it reports a metric its benchmark did not declare."""
+        for case in cases:
+            for name, group in case.groups.items():
+                reported = list(group.metrics.values()) + ([f"{name}_filtered"] if group.pre_edit_filter else [])
+                undeclared = [metric for metric in reported if metric not in self.metric_kinds]
+                if undeclared:
+                    raise ValueError(
+                        f"{case.source or case.case_id}: group {name!r} reports {undeclared}, which the benchmark "
+                        f"does not declare (declared: {list(self.metric_kinds)})"
+                    )
+
+    def _check_protocol(self) -> None:
+        if self.protocol != "sequential" and self.edit_batch_size != 1:
+            together = {
+                "single": "each case is edited alone",
+                "batch": "the cases of one data batch (--data.batch_size) are edited together",
+            }
+            raise ValueError(
+                f"edit_batch_size={self.edit_batch_size} is for protocol 'sequential' (and fit); under "
+                f"{self.protocol!r} {together[self.protocol]}: set edit_batch_size to 1"
+            )
+
+    def _check_batch_limit(self, loader: DataLoader) -> None:
+        """Under ``sequential``, a trainer batch limit would apply every edit but score only some cases."""
+        limit = self.trainer.limit_test_batches if self.trainer.testing else self.trainer.limit_val_batches
+        every_batch = limit >= 1.0 if isinstance(limit, float) else limit >= len(loader)  # an int counts batches
+        if self.protocol == "sequential" and not every_batch:
+            raise ValueError(
+                f"trainer.limit_{'test' if self.trainer.testing else 'val'}_batches={limit} would score only some "
+                "of the cases the sequential protocol edits: limit the benchmark instead (--data.limit)"
+            )
+
     def _start(self, loader: DataLoader) -> None:
+        self._check_protocol()
+        self._check_batch_limit(loader)
         cases = loader_cases(loader)
         self.check_cases(cases)  # every case, on every process, before any weight changes
+        self._check_declared(cases)
+        for name in self.metrics:  # an empty update on every process: the gathered states then share dtypes
+            self._update_metrics({name: (self.metric_kinds[name], [])})
         self._prepare()
         if self.in_context is not None:  # every case, so that a case the pool cannot serve stops every process
             self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer).contexts(cases)
@@ -259,50 +371,29 @@ class EditorModule(LightningModule, ABC):
         self.validation_step(batch, batch_idx)
 
     def _update_metrics(self, scores: Scores, suffix: str = "") -> None:
-        for name, (kind, rows) in scores.items():
+        for name, (_, rows) in scores.items():
             case_ids, prompt_ids, values = zip(*rows) if rows else ((), (), ())
-            self._metric(name + suffix, kind).update(
+            self.metrics[name + suffix].update(
                 torch.tensor(case_ids, dtype=torch.long),
                 torch.tensor(prompt_ids, dtype=torch.long),
                 torch.tensor(values, dtype=torch.double),
             )
 
-    def _metric(self, name: str, kind: str) -> PromptMean:
-        if name not in self.metrics:
-            self.metrics[name] = PromptMean(CONVENTIONS[kind]).to(self.device)
-            self.metric_kinds[name] = kind
-        return self.metrics[name]
-
-    def _metric_names(self) -> list[str]:
-        """The metrics of every process, in one order on all of them (a process may not have scored some)."""
-        names = list(self.metric_kinds.items())
-        if self.trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            gathered: list[list[tuple[str, str]]] = [[] for _ in range(dist.get_world_size())]
-            dist.all_gather_object(gathered, names)
-            names = list(dict.fromkeys(pair for rank_names in gathered for pair in rank_names))
-        for name, kind in names:
-            if name not in self.metrics:  # give it an empty update: the states of every process then share dtypes
-                self._update_metrics({name: (kind, [])})
-        return sorted((name for name, _ in names), key=lambda name: ("@" in name, name.endswith("_pre")))
-
     def on_validation_epoch_end(self) -> None:
         self.results, self.case_scores = {}, {}
-        for name in self._metric_names():
+        for name in self.metric_kinds:
             metric = self.metrics[name]
             result = dict(metric.compute())
             self.case_scores[name] = result.pop("case_means")
             self.results[name] = {**result, "kind": self.metric_kinds[name], "convention": metric.convention}
             metric.reset()
-        datamodule = self.trainer.datamodule
-        if isinstance(datamodule, EditDataModule):
-            self.results.update(datamodule.derived_metrics(self.results))
+        self.results.update(self.trainer.datamodule.derived_metrics(self.results))
         for name, result in self.results.items():
             for aggregation in ("macro", "micro"):
                 # equal on every process already (the metrics synced); sync_dist only keeps Lightning from warning
                 self.log(f"val/{name}_{aggregation}", float(result[aggregation]), sync_dist=True)
         if self._sequential is not None:
-            self._sequential[0].restore()
-            self.on_edits_restored()
+            self.undo(self._sequential[0])
             self._sequential = None
 
     def on_test_epoch_end(self) -> None:

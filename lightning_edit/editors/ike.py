@@ -1,4 +1,4 @@
-"""IKE (Zheng et al., 2023) and PROMPT: editing by in-context learning alone (algorithms.md §11).
+"""IKE (Zheng et al., 2023) and PROMPT: editing by in-context learning alone (docs/methods.md#ike-and-prompt).
 
 The edit lives in the prompt (:mod:`lightning_edit.editors.in_context`); no weight changes. With 0 demonstrations
 this is PROMPT, the new fact alone before the question.

@@ -1,11 +1,11 @@
 """Shared "locate" machinery of ROME, MEMIT and AlphaEdit: context templates, the fact token, keys.
 
-``docs/algorithms.md`` §1.1-1.3. A request ``(prompt with "{}", subject, ...)`` is read through *context
+docs/methods.md#locate-then-edit-machinery. A request ``(prompt with "{}", subject, ...)`` is read through *context
 templates* (``"{}"`` plus short model-generated prefixes ``"<text>. {}"``): a template is filled with the request
 prompt, then the subject is put in its ``{}``. Keys and activations are read at the *fact token* of each such
 prompt and averaged over the templates, per template group then across groups::
 
-    k̄ = mean_g [ mean_{t ∈ group g} k(t) ]          (ROME: one group of 21; MEMIT §13.17: [["{}"], 5 prefixes])
+    k̄ = mean_g [ mean_{t ∈ group g} k(t) ]          (ROME: one group of 21; MEMIT: [["{}"], 5 prefixes])
 
 Every batch is padded on the **right** (the fact-token index counts from the start of the sequence) and the
 position ids come from the attention mask, so a prompt gives the same activations alone or in a batch.
@@ -48,7 +48,7 @@ Templates = Sequence[str] | Sequence[Sequence[str]]
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Context templates (§1.2)
+# Context templates (docs/methods.md#context-templates)
 
 
 @dataclass
@@ -127,9 +127,10 @@ def _join(tokenizer: PreTrainedTokenizerBase, prompt: str, continuation: str) ->
 class ContextTemplateCache:
     """Context templates generated once per (model, tokenizer, lengths, seed, seed prompts), kept by an editor.
 
-    Replaces the reference code's module-level global (not keyed by model, unseeded; §1.2, §15). The key holds the
-    model's ``name_or_path`` and ``id``, so two models edited in one process never share templates. The templates
-    of a model are those of its first request (usually the unedited model), as in the reference code.
+    Replaces the reference code's module-level global (not keyed by model, unseeded;
+    docs/methods.md#context-templates). The key holds the model's ``name_or_path`` and ``id``, so two models edited
+    in one process never share templates. The templates of a model are those of its first request (usually the
+    unedited model), as in the reference code.
     """
 
     def __init__(self) -> None:
@@ -190,14 +191,17 @@ def template_groups(templates: Templates) -> list[list[str]]:
 
 
 def bare_and_prefixed(templates: Sequence[str]) -> list[list[str]]:
-    """MEMIT's two groups ``[["{}"], prefixed templates]`` from :func:`context_templates`' flat output (§13.17)."""
+    """MEMIT's two groups ``[["{}"], prefixed templates]`` from :func:`context_templates`' flat output.
+
+    See docs/methods.md#keys.
+    """
     if not templates or templates[0] != "{}" or len(templates) < 2:
         raise ValueError("expected ['{}', <prefixed templates>...] as returned by context_templates")
     return [[templates[0]], list(templates[1:])]
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Fact token (§1.3)
+# Fact token (docs/methods.md#the-fact-token)
 
 
 def fact_token_index(
@@ -321,8 +325,8 @@ def compute_keys(
 ) -> Tensor:
     """(n, d_in): the key k̄ of each request, the **input** of ``mlp_out`` at ``layer`` at the fact token.
 
-    ``templates`` is a flat list (ROME: plain mean over the 21 templates, §2 step 1) or a list of groups (MEMIT's
-    ``[["{}"], prefixes]`` gives k̄ = ½·k(bare) + ½·mean(k(prefixed)), §13.17; see :func:`bare_and_prefixed`).
+    ``templates`` is a flat list (ROME: plain mean over the 21 templates) or a list of groups (MEMIT's
+    ``[["{}"], prefixes]`` gives k̄ = ½·k(bare) + ½·mean(k(prefixed)); see :func:`bare_and_prefixed`).
     """
     arch = resolve_architecture(model)
     return fact_token_activations(

@@ -1,9 +1,9 @@
 """MEMIT (Meng et al., 2023, "Mass-Editing Memory in a Transformer"): a batch of edits spread over several layers.
 
-For a batch of n requests (algorithms.md §3):
+For a batch of n requests (docs/methods.md#memit):
 
 1. z_i = h⁰_i + δ_i, the residual stream at the fact token of the last edited layer L that makes the model say
-   ``target_new`` (§1.4); Z = [z_1 … z_n] (d, n);
+   ``target_new``; Z = [z_1 … z_n] (d, n);
 2. for the edited layers l_1 < … < l_m in order (index i), on the model as edited so far: keys K_l (d_in, n),
    current residuals H (d, n) at L, R_l = (Z − H)/(m − i), and ΔW_l solving ΔW_l (λC_l + K_l K_lᵀ) = R_l K_lᵀ
    (paper eq. 14), written at once so the next layer sees it.
@@ -63,7 +63,7 @@ class MEMIT(EditorModule):
         self.layers = sorted(self.sites.memit_layers)
         self.fact_token, self.mom2_update_weight = fact_token, self.sites.mom2_update_weight
         self.stats = stats or KeyStatistics()
-        self.target = target or TargetOptimization(clamp_norm_factor=0.75, fact_token=fact_token)
+        self.target = target or TargetOptimization(clamp_norm_factor=0.75)
         self.template_lengths = tuple(map(tuple, template_lengths or MEMIT_TEMPLATE_LENGTHS))
         self.template_seed = template_seed
         self.templates = ContextTemplateCache()
@@ -93,10 +93,10 @@ class MEMIT(EditorModule):
         """Write the requests as one batch (the sequential protocol calls this once per edit batch)."""
         self.prepare_statistics()
         flat = self.templates.get(self.model, self.tokenizer, self.template_lengths, self.template_seed)
-        templates = bare_and_prefixed(flat)  # k̄ = ½·k(bare) + ½·mean(k(prefixed)) (§3)
+        templates = bare_and_prefixed(flat)  # k̄ = ½·k(bare) + ½·mean(k(prefixed)) (docs/methods.md#keys)
         last = self.layers[-1]
         vectors = optimize_target_vectors(
-            self.model, self.tokenizer, requests, last, self.arch.spec.blocks, flat, self.target
+            self.model, self.tokenizer, requests, last, self.arch.spec.blocks, flat, self.target, self.fact_token
         )
         Z = vectors.targets.double().T  # (d, n)
         for i, layer in enumerate(self.layers):

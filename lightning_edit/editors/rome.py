@@ -1,9 +1,9 @@
 """ROME (Meng et al., 2022, "Locating and Editing Factual Associations in GPT"): one rank-one update per fact.
 
-For each request, on the model as edited so far (algorithms.md §2):
+For each request, on the model as edited so far (docs/methods.md#rome):
 
 1. k̄ = mean over context templates of the key (input of the MLP output projection W of layer l) at the fact token;
-2. v* = m⁰ + δ, the MLP output at the fact token that makes the model say ``target_new`` (§1.4);
+2. v* = m⁰ + δ, the MLP output at the fact token that makes the model say ``target_new``;
 3. ΔW = (v* − b − W k₀) (C⁻¹k̄)ᵀ / ((C⁻¹k̄)ᵀ k₀), so that (W + ΔW) k₀ + b = v* (paper eq. 2; C = I without
    ``mom2_adjustment``).
 
@@ -68,7 +68,7 @@ class ROME(EditorModule):
         self.layer = self.sites.rome_layer
         self.fact_token, self.mom2_adjustment, self.key = fact_token, mom2_adjustment, key
         self.stats = stats or KeyStatistics()
-        self.target = target or TargetOptimization(fact_token=fact_token)
+        self.target = target or TargetOptimization()
         self.template_lengths = tuple(map(tuple, template_lengths or ROME_TEMPLATE_LENGTHS))
         self.template_seed = template_seed
         self.templates = ContextTemplateCache()
@@ -108,8 +108,9 @@ class ROME(EditorModule):
         k_bar = compute_keys(self.model, self.tokenizer, [request], self.layer, templates, self.fact_token)[0]
         k0 = compute_keys(self.model, self.tokenizer, [request], self.layer, ["{}"], self.fact_token)[0]
         vectors = optimize_target_vectors(
-            self.model, self.tokenizer, [request], self.layer, self.arch.spec.mlp_out, templates, self.target
-        )
+            self.model, self.tokenizer, [request], self.layer, self.arch.spec.mlp_out, templates, self.target,
+            self.fact_token,
+        )  # fmt: skip
         v_star = vectors.targets[0].double() - bias  # (d_out,) the projection's target without its bias
         if self.key == "original":
             delta = rome_update(covariance, k_bar, v_star, W, k0=k0)

@@ -1,13 +1,14 @@
 """Closed-form weight updates of ROME, MEMIT and AlphaEdit as pure tensor functions (no model, no hooks).
 
-Everything is in the Linear convention of ``docs/algorithms.md`` §0: ``W`` is ``(d_out, d_in)``, a key ``k`` is
+Everything is in the Linear convention of docs/methods.md#conventions: ``W`` is ``(d_out, d_in)``, a key ``k`` is
 in ``R^{d_in}``, keys are stacked as columns ``K (d_in, n)``, residuals as ``R (d_out, n)``, and
 ``C = E[k kᵀ]`` is the uncentred key second moment ``(d_in, d_in)``. Convert stored weights with
 :func:`lightning_edit.models.registry.to_linear` / ``from_linear`` before and after.
 
-All arithmetic is done in float64 whatever the input dtype (bf16 cannot resolve an ill-conditioned ``C``, §14);
-results are float64 unless ``dtype`` asks for another one. Every inverse is a solve: Cholesky for SPD systems
-(with a tiny ridge if the factorisation fails), LU only for AlphaEdit's non-symmetric full system.
+All arithmetic is done in float64 whatever the input dtype (bf16 cannot resolve an ill-conditioned ``C``;
+docs/methods.md#numerics); results are float64 unless ``dtype`` asks for another one. Every inverse is a solve:
+Cholesky for SPD systems (with a tiny ridge if the factorisation fails), LU only for AlphaEdit's non-symmetric full
+system.
 
     rome_update(C, k, v_star, W)          ΔW = (v* − W k) (C⁻¹k)ᵀ / (kᵀC⁻¹k)                   (ROME eq. 2)
     memit_update(C, K, R, lam)            ΔW (λC + K Kᵀ) = R Kᵀ                               (MEMIT eq. 14)
@@ -37,7 +38,7 @@ def cholesky(A: Tensor) -> tuple[Tensor, float]:
     """Lower Cholesky factor of a symmetric PSD ``A`` (float64), and the relative ridge that was needed.
 
     If ``A`` is not numerically positive definite, ``ε·mean(diag A)·I`` is added with ε growing from 1e-12
-    (§14 "add a tiny ridge if Cholesky fails"); the returned ε is 0.0 when none was needed.
+    (docs/methods.md#numerics); the returned ε is 0.0 when none was needed.
     """
     A = _f64(A)
     A = (A + A.T) / 2  # (d, d) exact symmetry; rounding can break it
@@ -54,10 +55,10 @@ def cholesky(A: Tensor) -> tuple[Tensor, float]:
 
 
 class CovarianceFactor:
-    """A key covariance ``C`` with its Cholesky factor cached, so ``C⁻¹B`` costs two triangular solves (§14).
+    """A key covariance ``C`` with its Cholesky factor cached, so ``C⁻¹B`` costs two triangular solves.
 
     Build it once per (model, layer) and pass it wherever a ``C`` is accepted; since ``(λC)⁻¹ = C⁻¹/λ`` the same
-    factor serves every λ (MEMIT's Woodbury path then needs only ``n×n`` work per batch).
+    factor serves every λ (MEMIT's Woodbury path then needs only ``n×n`` work per batch; docs/methods.md#solvers).
     """
 
     def __init__(self, C: Tensor):
@@ -92,10 +93,10 @@ def rome_update(
     k0: Tensor | None = None,
     dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """ROME's rank-one update (Meng et al. 2022, eq. 2; §2): ``ΔW = (v* − W k₀) uᵀ / (uᵀk₀)``, ``u = C⁻¹k``.
+    """ROME's rank-one update (Meng et al. 2022, eq. 2): ``ΔW = (v* − W k₀) uᵀ / (uᵀk₀)``, ``u = C⁻¹k``.
 
     It is the minimum-change (in the metric ``C``) update with ``(W + ΔW) k₀ = v*``; its row space is
-    ``span(C⁻¹k)``, so ``ΔW k' = 0`` whenever ``k'ᵀC⁻¹k = 0``.
+    ``span(C⁻¹k)``, so ``ΔW k' = 0`` whenever ``k'ᵀC⁻¹k = 0`` (docs/methods.md#rome).
 
     Args:
         C: key covariance ``(d_in, d_in)`` (or a cached :class:`CovarianceFactor`); ``None`` means no mom2
@@ -122,7 +123,7 @@ def rome_update(
 
 
 def memit_layer_residual(Z: Tensor, H: Tensor, layers_remaining: int) -> Tensor:
-    """Residual spreading (MEMIT, Meng et al. 2023, Alg. 1; §3): ``R_l = (Z − H) / (m − i)`` at layer index ``i``.
+    """Residual spreading (MEMIT, Meng et al. 2023, Alg. 1): ``R_l = (Z − H) / (m − i)`` at layer index ``i``.
 
     ``Z`` are the target hidden states and ``H`` the current ones at the last edited layer, both ``(d, n)``;
     ``layers_remaining = m − i`` counts this layer and the later ones (the last layer takes all that is left).
@@ -141,12 +142,13 @@ def memit_update(
     method: str = "auto",
     dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """MEMIT's batch update (Meng et al. 2023, eq. 14; §3): the ``ΔW`` solving ``ΔW (λC + K Kᵀ) = R Kᵀ``.
+    """MEMIT's batch update (Meng et al. 2023, eq. 14): the ``ΔW`` solving ``ΔW (λC + K Kᵀ) = R Kᵀ``.
 
-    It minimises ``‖ΔW K − R‖² + λ tr(ΔW C ΔWᵀ)``. Methods:
+    It minimises ``‖ΔW K − R‖² + λ tr(ΔW C ΔWᵀ)`` (docs/methods.md#memit). Methods:
       - ``"cholesky"``: ``adj = (λC + KKᵀ)⁻¹ K`` via a Cholesky factor of ``λC + KKᵀ``; ``ΔW = R adjᵀ``.
-      - ``"woodbury"``: push-through identity (§13 item 14, §14), ``ΔW = R (I_n + Kᵀ(λC)⁻¹K)⁻¹ ((λC)⁻¹K)ᵀ``, which
-        needs only ``n×n`` work when ``C`` comes as a cached :class:`CovarianceFactor`. Requires ``λ > 0``.
+      - ``"woodbury"``: push-through identity, ``ΔW = R (I_n + Kᵀ(λC)⁻¹K)⁻¹ ((λC)⁻¹K)ᵀ``, which needs only
+        ``n×n`` work when ``C`` comes as a cached :class:`CovarianceFactor` (docs/methods.md#solvers). Requires
+        ``λ > 0``.
       - ``"auto"``: Woodbury when ``λ > 0``, ``C`` comes with its cached factor and ``2n ≤ d_in`` (measured on
         CPU at d_in 2048: 17x faster at n = 1, 1.7x at n = 1000, slower from n ≈ d_in), else the direct solve.
 
@@ -183,7 +185,7 @@ def memit_update(
 
 
 def nullspace_projector(C: Tensor, threshold: float = 2e-2) -> tuple[Tensor, Tensor]:
-    """AlphaEdit's null-space projector (Fang et al. 2025; docs §4): ``P = Û Ûᵀ`` from ``eigh(C)``.
+    """AlphaEdit's null-space projector (Fang et al. 2025; docs/methods.md#alphaedit): ``P = Û Ûᵀ`` from ``eigh(C)``.
 
     ``Û (d_in, r)`` holds the orthonormal eigenvectors of ``C`` whose eigenvalue is below ``threshold`` (τ), so
     ``P`` is symmetric, idempotent, of rank ``r`` and (nearly) annihilates the preserved keys: ``‖P C‖₂ < τ``.
@@ -207,13 +209,14 @@ def alphaedit_update(
     alpha: float = 10.0,
     dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """AlphaEdit's projected update (Fang et al. 2025, null-space closed form; §4): ``(P(KKᵀ+C_p) + αI) ΔWᵀ = PKRᵀ``.
+    """AlphaEdit's projected update (Fang et al. 2025; docs/methods.md#alphaedit): ``(P(KKᵀ+C_p) + αI) ΔWᵀ = PKRᵀ``.
 
     The solution lies in ``range(P)`` (apply ``I − P`` to the equation: ``α(I − P)ΔWᵀ = 0``), so ``ΔW = ΔW P`` and
     the preserved keys are left (nearly) unchanged. Pass exactly one of:
       - ``P (d_in, d_in)``: the full ``d_in × d_in`` (non-symmetric) system, solved by LU;
-      - ``U (d_in, r)``: the cheaper equivalent in the basis ``Û`` (§14), ``ΔWᵀ = Û Z`` with the ``r × r`` SPD
-        system ``(Ûᵀ(KKᵀ + C_p)Û + αI) Z = ÛᵀK Rᵀ`` solved by Cholesky. Same ``ΔW`` as the full solve.
+      - ``U (d_in, r)``: the cheaper equivalent in the basis ``Û``, ``ΔWᵀ = Û Z`` with the ``r × r`` SPD system
+        ``(Ûᵀ(KKᵀ + C_p)Û + αI) Z = ÛᵀK Rᵀ`` solved by Cholesky. Same ``ΔW`` as the full solve
+        (docs/methods.md#solvers).
 
     Args:
         K: keys ``(d_in, n)``; R: residuals ``(d_out, n)``.
@@ -247,7 +250,7 @@ def alphaedit_update(
 
 
 class EditedKeyCache:
-    """AlphaEdit's ``cache_c`` for one layer: ``C_p = Σ K Kᵀ`` over the batches edited so far (§4).
+    """AlphaEdit's ``cache_c`` for one layer: ``C_p = Σ K Kᵀ`` over the batches edited so far.
 
     Call :meth:`update` with the keys of a batch recomputed on the edited model, pass :attr:`matrix` as
     ``C_prev`` to the next :func:`alphaedit_update`, and :meth:`reset` between independent edit sequences.

@@ -1,9 +1,9 @@
-"""Target vector optimisation of the locate-then-edit family: ROME's v* and MEMIT/AlphaEdit's z (§1.4).
+"""Target vector optimisation of the locate-then-edit family: ROME's v* and MEMIT/AlphaEdit's z.
 
 For each request i a vector δ_i is added to the output hidden state of one module at the fact token of every
-prompt of that request: ROME injects at the MLP output of the edited layer l (v* = m⁰ + δ, §2 step 3),
-MEMIT/AlphaEdit at the block output (residual stream) of the last edited layer L (z = h⁰ + δ, §3 step 1, §4).
-δ_i minimises, with the model frozen (Adam on δ only)::
+prompt of that request: ROME injects at the MLP output of the edited layer l (v* = m⁰ + δ),
+MEMIT/AlphaEdit at the block output (residual stream) of the last edited layer L (z = h⁰ + δ).
+δ_i minimises, with the model frozen (Adam on δ only; docs/methods.md#target-vector-optimisation)::
 
     L_i(δ) = mean_j [ −(1/T) Σ_t log P_δ(o_t | p_j ⊕ o_<t) ]                 rewriting prompts p_j = templates
              + kl_factor · mean_k KL( P_δ(· | s_k) ‖ P_0(· | s_k) )          KL prompts s_k = "{subject} is a",
@@ -13,8 +13,8 @@ MEMIT/AlphaEdit at the block output (residual stream) of the last edited layer L
 and after each Adam step δ_i is projected onto the ball ‖δ_i‖ ≤ clamp_norm_factor · ‖m⁰_i‖. A request stops (and
 its δ stops changing) as soon as L_i < early_stop_loss; the last iteration only evaluates. Several requests run in
 one right-padded batch with one leaf tensor δ_i each and Adam's element-wise state, so a batched run reproduces
-one-by-one runs (§13.9). m⁰_i is the module output at the fact token of the bare ``"{}"`` prompt, read on the first
-forward (before δ is added).
+one-by-one runs (docs/methods.md#invariants). m⁰_i is the module output at the fact token of the bare ``"{}"``
+prompt, read on the first forward (before δ is added).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from lightning_edit.models.tokenization import encode_prompt_target, pad
 
 @dataclass(frozen=True)
 class TargetOptimization:
-    """Hyper-parameters of the v*/z optimisation; defaults are ROME's for gpt2-xl (§12.1).
+    """Hyper-parameters of the v*/z optimisation; defaults are ROME's for gpt2-xl (docs/methods.md#rome).
 
     Attributes:
         v_num_grad_steps: iterations (forward passes); at most ``v_num_grad_steps - 1`` Adam steps are taken
@@ -48,7 +48,8 @@ class TargetOptimization:
         kl_factor: weight of the KL ("essence") term. 0.0625.
         kl_prompts: templates of the KL prompts, filled with the subject (MEMIT-CSK: ``"{} is a:"``).
         early_stop_loss: a request stops once its total loss is below this (ROME/MEMIT: 5e-2).
-        fact_token: where δ is injected and the KL distribution read (see ``fact_token_index``).
+
+    Where δ is injected is the editor's ``fact_token``, the position its keys are read at (one setting).
     """
 
     v_num_grad_steps: int = 20
@@ -59,7 +60,6 @@ class TargetOptimization:
     kl_factor: float = 0.0625
     kl_prompts: tuple[str, ...] = ("{} is a",)
     early_stop_loss: float = 5e-2
-    fact_token: FactToken = "subject_last"
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,7 @@ def _build_batch(
     requests: Sequence[EditRequest],
     templates: list[str],
     config: TargetOptimization,
+    fact_token: FactToken,
     device: torch.device,
 ) -> _Batch:
     sequences: list[list[int]] = []
@@ -137,7 +138,7 @@ def _build_batch(
         first_rows.append(len(sequences))
         for template in templates:
             filled = fill(template, request)
-            text, ids, index = encode_fact_prompt(tokenizer, filled, request.subject, config.fact_token)
+            text, ids, index = encode_fact_prompt(tokenizer, filled, request.subject, fact_token)
             prompt_ids, target_ids = encode_prompt_target(tokenizer, text, request.target_new)
             if prompt_ids != ids:
                 raise RuntimeError(f"inconsistent prompt tokenization of {text!r}")
@@ -156,7 +157,7 @@ def _build_batch(
     kl_owners: list[int] = []
     for i, request in enumerate(requests):
         for template in config.kl_prompts:
-            _, ids, index = encode_fact_prompt(tokenizer, template, request.subject, config.fact_token)
+            _, ids, index = encode_fact_prompt(tokenizer, template, request.subject, fact_token)
             kl_rows.append(len(sequences))
             kl_owners.append(i)
             sequences.append(ids)
@@ -203,8 +204,9 @@ def optimize_target_vectors(
     module: str,
     templates: Templates,
     config: TargetOptimization | None = None,
+    fact_token: FactToken = "subject_last",
 ) -> TargetVectors:
-    """Optimise one δ per request at the output of ``module`` (registry template) at ``layer`` (§1.4).
+    """Optimise one δ per request at the output of ``module`` (registry template) at ``layer``.
 
     Args:
         module: ``spec.mlp_out`` (ROME, v* at the edited layer) or ``spec.blocks`` (MEMIT/AlphaEdit, z at the last
@@ -212,6 +214,8 @@ def optimize_target_vectors(
         templates: context templates; groups are flattened (every rewriting prompt counts once, as in the
             reference code). The first template must be the bare ``"{}"``: m⁰ is read there.
         config: hyper-parameters (ROME's defaults if None).
+        fact_token: where δ is injected and the KL distribution read (``fact_token_index``); the editor passes the
+            position its keys are read at.
 
     The model's parameters are frozen during the run (their ``requires_grad`` flags, training mode and values
     are restored/unchanged afterwards) and every hook is removed.
@@ -234,7 +238,7 @@ def optimize_target_vectors(
     model.eval()
     try:
         with torch.enable_grad():
-            return _optimize(model, tokenizer, arch, requests, layer, module, flat, loss_layer, config)
+            return _optimize(model, tokenizer, arch, requests, layer, module, flat, loss_layer, config, fact_token)
     finally:
         for parameter, flag in zip(model.parameters(), flags):
             parameter.requires_grad_(flag)
@@ -251,10 +255,11 @@ def _optimize(
     templates: list[str],
     loss_layer: int,
     config: TargetOptimization,
+    fact_token: FactToken,
 ) -> TargetVectors:
     n, d, device = len(requests), arch.hidden_size, model.device
-    dtype = torch.promote_types(model.dtype, torch.float32)  # δ and the losses in at least fp32 (§14)
-    batch = _build_batch(tokenizer, requests, templates, config, device)
+    dtype = torch.promote_types(model.dtype, torch.float32)  # δ and losses in at least fp32 (docs/methods.md#numerics)
+    batch = _build_batch(tokenizer, requests, templates, config, fact_token, device)
     inject_name = arch.layer_name(module, layer)
     use_model_logits = loss_layer == arch.num_layers - 1
     loss_name = arch.layer_name(arch.spec.blocks, loss_layer)

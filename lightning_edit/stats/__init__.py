@@ -11,7 +11,8 @@ Example::
 
     stats = load_or_compute(model, tokenizer, "corpus.jsonl", layers=[3, 4, 5], n_samples=10_000)
     C = stats[5].mean()
-    U = load_or_compute_projector(stats[5], threshold=2e-2)  # null-space basis; P = U @ U.T
+    # AlphaEdit's null-space basis (nullspace_projector from lightning_edit.editors.solvers); P = U @ U.T
+    U = load_or_compute_projector(stats[5], 2e-2, compute=nullspace_projector)
 """
 
 from lightning_edit.stats.cache import CACHE_ENV, StatsKey, load_or_compute, stats_cache_dir

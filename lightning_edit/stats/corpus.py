@@ -12,7 +12,8 @@ Formats (see :func:`as_corpus`):
 - a list of strings (e.g. the toy world's corpus): empty strings are skipped. Identity: sha256 of the documents.
 - ``"hf:<name>[:<config>]"``: a Hugging Face dataset, streamed with the ``datasets`` library if it is installed and
   the hub (or its local cache) is reachable. Identity: name, config, split and revision — pin ``revision`` for
-  reproducible statistics (the reference ``wikipedia 20200501.en`` config is no longer loadable, docs §1.5).
+  reproducible statistics (the reference ``wikipedia 20200501.en`` config is no longer loadable;
+  docs/methods.md#key-statistics).
 
 Documents are used in corpus order; shuffle the file beforehand for a random sample.
 """

@@ -1,4 +1,4 @@
-"""On-disk cache of AlphaEdit's null-space basis ``Û`` of a layer's key statistics (docs §4, §14).
+"""On-disk cache of AlphaEdit's null-space basis ``Û`` of a layer's key statistics (docs/methods.md#alphaedit).
 
 Only ``Û`` (d_in × r) is stored: the projector is ``P = Û Ûᵀ`` and the reduced solve needs ``Û`` alone, while a
 stored ``P`` would cost d_in² floats per layer (1.6 GB at d_in 14336).
@@ -35,19 +35,12 @@ def statistics_key(moment: SecondMoment) -> str:
     return f"content-{digest.hexdigest()}"
 
 
-def _default_projector(C: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-    # Imported here: stats sits below editors in the package layers; only this default reaches up.
-    from lightning_edit.editors.solvers import nullspace_projector
-
-    return nullspace_projector(C, threshold)
-
-
 def load_or_compute_projector(
     moment: SecondMoment,
     threshold: float = 2e-2,
     *,
+    compute: ProjectorFn,
     cache_dir: str | Path | None = None,
-    compute: ProjectorFn | None = None,
 ) -> torch.Tensor:
     """``Û (d_in, r)``, the null-space basis of ``C = moment.mean()`` (``P = Û Ûᵀ``): cached, or computed by
     ``compute(C, threshold)`` and cached.
@@ -55,11 +48,10 @@ def load_or_compute_projector(
     Args:
         moment: A layer's key statistics (from :func:`~lightning_edit.stats.cache.load_or_compute`).
         threshold: τ, eigenvalues of ``C`` below it span the null space (AlphaEdit ``nullspace_threshold``).
+        compute: ``compute(C, threshold) -> (P (d, d), Û (d, r))`` (AlphaEdit:
+            :func:`lightning_edit.editors.solvers.nullspace_projector`); its name is part of the cache key.
         cache_dir: Statistics cache directory (default: see :func:`~lightning_edit.stats.cache.stats_cache_dir`).
-        compute: ``compute(C, threshold) -> (P (d, d), Û (d, r))``; default
-            :func:`lightning_edit.editors.solvers.nullspace_projector`.
     """
-    compute = compute or _default_projector
     d_in = moment.sum.shape[0]
     identity = {
         "kind": "nullspace_projector",

@@ -24,6 +24,9 @@ class Numbers(EditDataModule):
             cases.append(EditCase(reader.get("case_id", int), (request,), {"rewrite": group}, f"{self.path}#{index}"))
         return cases
 
+    def declared_metrics(self) -> dict[str, str]:
+        return {"ES": "prob"}
+
 
 def write(path: Path, records: list) -> Path:
     path.write_text(json.dumps(records), encoding="utf-8")

@@ -1,15 +1,12 @@
-"""EditTraining: MEND training examples from CounterFact, zsRE and the toy world; seeded, resumable order."""
+"""EditTraining: MEND training examples from CounterFact and zsRE; seeded, resumable order."""
 
 import json
 
 import pytest
 
 from lightning_edit.data import EditTraining
-from lightning_edit.data.edit_training import EpochOrder, load_toy_world
-from lightning_edit.data.toy_world import ToyWorld
+from lightning_edit.data.edit_training import EpochOrder
 from lightning_edit.resources import resolve_path
-
-HELDOUT = "builtin:data/toy/counterfact.json"
 
 
 def setup(**kwargs) -> EditTraining:
@@ -59,46 +56,6 @@ def test_zsre_locality_is_the_nq_prompt():
     assert len(data.train_edits) + len(data.cases) + len(data.skipped) == len(records)
 
 
-def test_toy_training_edits_are_disjoint_from_the_heldout_benchmark():
-    data = setup(source="toy", val_size=20)
-    heldout = json.loads(resolve_path(HELDOUT).read_text())
-    heldout_pairs = {(r["requested_rewrite"]["subject"], r["requested_rewrite"]["relation_id"]) for r in heldout}
-    trained = [(e.request.subject, e.request.extra["relation_id"]) for e in data.train_edits]
-    validated = [(c.requests[0].subject, c.requests[0].extra["relation_id"]) for c in data.cases]
-    assert not heldout_pairs & (set(trained) | set(validated))
-    assert not set(trained) & set(validated)
-    world = load_toy_world("builtin:data/toy/world.json")
-    assert len(trained) + len(validated) + len(heldout_pairs) == len(world.counterfact_records(10_000))
-    facts = {(f.subject, f.relation): f.object for f in world.facts}
-    for example in data.train_edits[:50]:
-        request = example.request
-        assert facts[request.subject, request.extra["relation_id"]] == request.target_true != request.target_new
-        assert example.equivalent and all(answer == request.target_true for _, answer in example.locality)
-
-
-def test_toy_variants_draw_more_edits_of_the_same_facts():
-    one, three = setup(source="toy", val_size=20), setup(source="toy", val_size=20, toy_variants=3)
-    assert [c.requests for c in three.cases] == [c.requests for c in one.cases]
-    assert len(three.train_edits) == 3 * len(one.train_edits)
-    validated = {(c.requests[0].subject, c.requests[0].extra["relation_id"]) for c in three.cases}
-    targets: dict[tuple[str, str], set[str]] = {}
-    for example in three.train_edits:
-        fact = (example.request.subject, example.request.extra["relation_id"])
-        assert fact not in validated
-        targets.setdefault(fact, set()).add(example.request.target_new)
-    assert len(targets) == len(one.train_edits) and max(len(t) for t in targets.values()) > 1
-    assert len({e.case_id for e in three.train_edits} | {c.case_id for c in three.cases}) == len(three.train_edits) + 20
-
-
-def test_toy_world_file_round_trip(tmp_path):
-    world = ToyWorld.generate(seed=3, n_people=20, n_cities=8, n_companies=6, n_objects=8)
-    paths = world.write_benchmarks(tmp_path, n=5)
-    loaded = load_toy_world(str(paths["world"]))
-    assert loaded.facts == world.facts and loaded.bidirectional == world.bidirectional
-    data = setup(source="toy", toy_world=str(paths["world"]), toy_heldout=[str(paths["counterfact"])], val_size=5)
-    assert len(data.train_edits) + 5 + 5 == len(world.counterfact_records(10_000))
-
-
 def test_epoch_order_is_seeded_per_epoch_and_resumes():
     order = EpochOrder(10, seed=0)
     first = list(order)
@@ -123,8 +80,8 @@ def test_state_round_trip_resumes_the_loader():
 
 def test_bad_input():
     with pytest.raises(ValueError, match="needs train_path"):
-        EditTraining(source="counterfact")
+        setup(source="counterfact")
     with pytest.raises(ValueError, match="source must be one of"):
-        EditTraining(source="wikitext")
+        EditTraining(source="toy")
     with pytest.raises(ValueError, match="val_size"):
         setup(source="counterfact", train_path="builtin:data/counterfact-flat.json", val_size=50)

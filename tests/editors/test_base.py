@@ -127,3 +127,43 @@ def test_a_case_that_cannot_be_edited_fails_before_any_weight_changes():
     with pytest.raises(ValueError, match="file.json#2: target_new: empty target"):
         trainer.validate(editor, datamodule=data, verbose=False)
     assert editor.seen == [] and torch.equal(editor.model.get_parameter(EDITED), before)
+
+
+@pytest.mark.parametrize("protocol", ["single", "batch"])
+def test_edit_batch_size_outside_sequential_is_an_error(protocol):
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol=protocol, edit_batch_size=4)
+    with pytest.raises(ValueError, match=f"edit_batch_size=4 is for protocol 'sequential'.*under '{protocol}'"):
+        run(editor)
+    assert editor.seen == []
+
+
+def test_a_batch_limit_under_sequential_is_an_error():
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="sequential")
+    data = CounterFact("builtin:data/counterfact-flat.json", limit=4, batch_size=2)
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, limit_val_batches=1)
+    with pytest.raises(ValueError, match="limit_val_batches=1 would score only some.*--data.limit"):
+        trainer.validate(editor, datamodule=data, verbose=False)
+    assert editor.seen == []
+
+
+class UndeclaringCounterFact(CounterFact):
+    def declared_metrics(self) -> dict[str, str]:
+        return {"ES": "prob"}
+
+
+def test_a_metric_the_benchmark_does_not_declare_is_an_error_before_any_edit():
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"))
+    data = UndeclaringCounterFact("builtin:data/counterfact-flat.json", limit=2)
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    with pytest.raises(ValueError, match=r"group 'rewrite' reports \['rewrite_acc'\], which the benchmark does not"):
+        trainer.validate(editor, datamodule=data, verbose=False)
+    assert editor.seen == []
+
+
+def test_metrics_are_created_from_the_declaration_with_their_variants():
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="sequential", eval_at=[2])
+    editor.scoring.pre_edit = True
+    results = run(editor)
+    declared = list(CounterFact("x").declared_metrics())
+    assert list(results) == declared + [f"{m}_pre" for m in declared] + [f"{m}@2" for m in declared]
+    assert results["ES@2"]["n_cases"] == 2 and results["ES_pre"]["n_cases"] == 4

@@ -26,6 +26,7 @@ from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import from_linear
 from lightning_edit.models.snapshot import WeightSnapshot
 from lightning_edit.resources import builtin_texts
+from lightning_edit.toy import ToyEditTraining
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_COUNTERFACT = ROOT.parent / "shared" / "data" / "counterfact"
@@ -207,22 +208,22 @@ def network_state(editor: MEND) -> dict[str, torch.Tensor]:
 def test_resumed_fit_matches_uninterrupted(tiny_model_dir, tmp_path):
     """Stopped mid-epoch at a step checkpoint and resumed: the same network and counters as one uninterrupted fit."""
     kwargs = dict(lr=1e-2, lr_lr=1e-2, accumulate=2)
-    data_args = dict(source="toy", limit=5, val_size=2, seed=3)
+    data_args = dict(limit=5, val_size=2, seed=3)
 
     seed_everything(0)
     uninterrupted = mend(tiny_model_dir, **kwargs)
-    fit(uninterrupted, EditTraining(**data_args), tmp_path / "a", max_steps=7, enable_checkpointing=False)
+    fit(uninterrupted, ToyEditTraining(**data_args), tmp_path / "a", max_steps=7, enable_checkpointing=False)
 
     seed_everything(0)
     first = mend(tiny_model_dir, **kwargs)
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "b", every_n_train_steps=2, save_top_k=-1)
-    fit(first, EditTraining(**data_args), tmp_path / "b", max_steps=4, callbacks=[checkpoints])  # 8 of 10 batches
+    fit(first, ToyEditTraining(**data_args), tmp_path / "b", max_steps=4, callbacks=[checkpoints])  # 8 of 10 batches
     checkpoint = tmp_path / "b" / "epoch=1-step=4.ckpt"  # the epoch has 5 batches: step 4 is mid-epoch 1
     assert checkpoint.is_file(), sorted(p.name for p in (tmp_path / "b").iterdir())
 
     seed_everything(1)  # the resumed run must not depend on the global seed
     resumed = mend(tiny_model_dir, **kwargs)
-    fit(resumed, EditTraining(**data_args), tmp_path / "c", ckpt_path=str(checkpoint), max_steps=7)
+    fit(resumed, ToyEditTraining(**data_args), tmp_path / "c", ckpt_path=str(checkpoint), max_steps=7)
     assert resumed.batches_seen == uninterrupted.batches_seen == 14
     expected = network_state(uninterrupted)
     for key, value in network_state(resumed).items():
@@ -316,7 +317,7 @@ def test_validate_with_checkpoint(protocol, tiny_model_dir, tmp_path, monkeypatc
             "--model.sites.mend_layers=[0, 1]",
             f"--model.ckpt_path={tmp_path / 'mend.pt'}",
             f"--model.protocol={protocol}",
-            "--model.edit_batch_size=2",
+            f"--model.edit_batch_size={2 if protocol == 'sequential' else 1}",
             "--data.limit=4",
             "--data.batch_size=2",
             "--trainer.logger=false",

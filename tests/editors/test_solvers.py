@@ -1,4 +1,4 @@
-"""Closed-form solvers of ROME, MEMIT and AlphaEdit: the invariants of docs/algorithms.md §13 (items 10-15, 18-22)."""
+"""Closed-form solvers of ROME, MEMIT and AlphaEdit: the invariants of docs/methods.md#invariants (Solvers)."""
 
 import pytest
 import torch

@@ -1,6 +1,6 @@
 """The locate-then-edit editors with the toy model presets make toy CounterFact edits and keep the neighbours.
 
-A regression check of the figures in the presets' comments (benchmarks/toy_editing.py measures them on 50 edits):
+A regression check of the figures in docs/toy-presets.md (benchmarks/toy_editing.py measures them on 50 edits):
 on the first 8 toy edits each editor, composed as a user composes it, makes the model prefer every new object and
 keeps most neighbourhood facts.
 """
@@ -12,7 +12,7 @@ import pytest
 from lightning_edit.cli import build_cli
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-# AlphaEdit-only values the toy models need: see configs/models/toy-gpt2.yaml
+# AlphaEdit-only values the toy models need: see docs/toy-presets.md
 METHODS = {"rome": [], "memit": [], "alphaedit": ["--model.nullspace_threshold=0.5", "--model.l2=1"]}
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightning_edit.editors.solvers import nullspace_projector
 from lightning_edit.models import resolve_architecture
 from lightning_edit.resources import builtin_texts
 from lightning_edit.stats import (
@@ -260,8 +261,6 @@ def test_projector_cache_round_trip(lm, texts, tmp_path, caplog):
 
     def projector(C, threshold):
         calls.append(threshold)
-        from lightning_edit.editors.solvers import nullspace_projector
-
         return nullspace_projector(C, threshold)
 
     threshold = float(torch.linalg.eigvalsh(stats.mean()).median())  # a rank strictly between 0 and d_in
@@ -274,8 +273,10 @@ def test_projector_cache_round_trip(lm, texts, tmp_path, caplog):
     load_or_compute_projector(stats, threshold / 2, cache_dir=tmp_path, compute=projector)
     assert len(calls) == 2  # another threshold, another entry
 
-    default_U = load_or_compute_projector(stats, threshold, cache_dir=tmp_path / "default")  # default compute
-    assert torch.allclose(default_U @ default_U.T, P)
+    solver_U = load_or_compute_projector(stats, threshold, cache_dir=tmp_path / "solver", compute=nullspace_projector)
+    assert torch.allclose(solver_U @ solver_U.T, P)
+    [solver_meta] = (tmp_path / "solver" / "projector").glob("*.json")  # AlphaEdit's key names the solver
+    assert json.loads(solver_meta.read_text())["compute"] == "lightning_edit.editors.solvers.nullspace_projector"
     uncached = SecondMoment(stats.sum.clone(), stats.n_tokens, stats.n_documents)  # no cache key: content hash
     for _ in range(2):
         load_or_compute_projector(uncached, threshold, cache_dir=tmp_path / "uncached", compute=projector)

@@ -11,9 +11,9 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_edit.data import CounterFact
-from lightning_edit.data.toy_corpus import ToyCorpus
-from lightning_edit.data.toy_recall import forward_recall, inverse_recall, sample_facts
 from lightning_edit.resources import resolve_path
+from lightning_edit.toy.corpus import ToyCorpus
+from lightning_edit.toy.recall import forward_recall, inverse_recall, sample_facts
 
 MODELS = ["toy-gpt2", "toy-llama"]
 

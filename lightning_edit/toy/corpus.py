@@ -1,4 +1,4 @@
-"""The training text of a seeded :class:`~lightning_edit.data.toy_world.ToyWorld` as a causal-LM DataModule.
+"""The training text of a seeded :class:`~lightning_edit.toy.world.ToyWorld` as a causal-LM DataModule.
 
 The tokenizer is trained with ``tokenizers`` on the world's corpus (:func:`~lightning_edit.models.build
 .train_tokenizer`, GPT-2 or LLaMA style), so the same settings always give the same world, corpus and tokenizer;
@@ -26,9 +26,9 @@ from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, Sampler
 from transformers import PreTrainedTokenizerFast
 
-from lightning_edit.data.toy_world import ToyWorld
 from lightning_edit.models.build import TokenizerStyle, train_tokenizer
 from lightning_edit.models.tokenization import pad
+from lightning_edit.toy.world import ToyWorld
 
 _PUNCTUATION = re.compile(r"([^\w\s])")
 

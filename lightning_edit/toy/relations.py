@@ -1,4 +1,4 @@
-"""Relations, templates, scripts and vocabularies of the toy world (:mod:`lightning_edit.data.toy_world`).
+"""Relations, templates, scripts and vocabularies of the toy world (:mod:`lightning_edit.toy.world`).
 
 Templates have ``{}`` where the subject goes and end right before the object, as in CounterFact. Inverse templates
 (one-to-one relations only) take the object as their subject and end right before the original subject. Scripts

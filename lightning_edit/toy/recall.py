@@ -1,4 +1,4 @@
-"""How many facts of a :class:`~lightning_edit.data.toy_world.ToyWorld` a model recalls, forward and inverse.
+"""How many facts of a :class:`~lightning_edit.toy.world.ToyWorld` a model recalls, forward and inverse.
 
 Convention (greedy first object token): a prompt recalls its fact when the argmax next token after the prompt is
 the first token of the answer, the answer being encoded as in :func:`~lightning_edit.models.tokenization
@@ -24,8 +24,8 @@ from collections.abc import Iterable
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.data.toy_world import Fact, ToyWorld, fill
 from lightning_edit.scoring import score_targets
+from lightning_edit.toy.world import Fact, ToyWorld, fill
 
 CONVENTION = (
     "greedy first object token: a prompt recalls its fact iff the argmax next token after the prompt equals the "

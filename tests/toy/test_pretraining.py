@@ -11,10 +11,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lightning_edit.cli import build_cli
-from lightning_edit.data.toy_corpus import LengthGroupedBatches, ToyCorpus
-from lightning_edit.pretraining import CausalLMPretraining
+from lightning_edit.toy.corpus import LengthGroupedBatches, ToyCorpus
+from lightning_edit.toy.pretraining import CausalLMPretraining
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL_WORLD = dict(n_people=16, n_countries=4, n_cities=8, n_companies=6, n_objects=8, n_languages=3)
 TINY = [
     *(f"--data.{key}={value}" for key, value in SMALL_WORLD.items()),
@@ -134,7 +134,7 @@ def test_short_names_and_a_data_module_without_tokenizer(capsys):
     with pytest.raises(SystemExit):
         build_cli(["fit", "--model=CausalLMPretraining", "--data=ToyCorpus", "--print_config"])
     printed = capsys.readouterr().out
-    assert "lightning_edit.pretraining.CausalLMPretraining" in printed and "tokenizer_style: gpt2" in printed
+    assert "lightning_edit.toy.CausalLMPretraining" in printed and "tokenizer_style: gpt2" in printed
     with pytest.raises(ValueError, match="DataModule's tokenizer"):
         build_cli(
             [

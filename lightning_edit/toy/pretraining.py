@@ -5,14 +5,14 @@
 
 The model is sized to the DataModule's tokenizer, so it is built in :meth:`CausalLMPretraining.configure_model`
 from ``trainer.datamodule.tokenizer`` (any DataModule with a ``tokenizer`` attribute, e.g.
-:class:`~lightning_edit.data.toy_corpus.ToyCorpus`) rather than linked at parse time: the CLI also runs editors,
+:class:`~lightning_edit.toy.corpus.ToyCorpus`) rather than linked at parse time: the CLI also runs editors,
 whose configs have no such argument. Lightning calls ``configure_model`` before it restores a checkpoint, so
 ``--ckpt_path`` resumes weights, optimizer, schedule and step count; checkpoints also carry the model config and the
 tokenizer, so ``CausalLMPretraining.load_from_checkpoint(path)`` works without the DataModule.
 
 At the end of fit, rank zero writes ``output_dir``: the model (``save_pretrained``, safetensors), the tokenizer
 (``AutoTokenizer`` loads both from the directory) and ``recall.json``, the forward and inverse recall of every fact
-of the toy world (:mod:`lightning_edit.data.toy_recall`) when the DataModule has one.
+of the toy world (:mod:`lightning_edit.toy.recall`) when the DataModule has one.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, PretrainedConfig, PreTrainedTokenizerFast
 
-from lightning_edit.data.toy_recall import sample_facts, toy_recall
 from lightning_edit.models.loading import DTYPES
+from lightning_edit.toy.recall import sample_facts, toy_recall
 
 Family = Literal["gpt2", "llama"]
 

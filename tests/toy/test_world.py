@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from lightning_edit.data import CounterFact
-from lightning_edit.data.toy_relations import COMPANY_SUFFIXES, HOUSEHOLD_NOUNS, RELATIONS
-from lightning_edit.data.toy_world import Fact, ToyWorld, fill
+from lightning_edit.toy.relations import COMPANY_SUFFIXES, HOUSEHOLD_NOUNS, RELATIONS
+from lightning_edit.toy.world import Fact, ToyWorld, fill
 
 FICTIONAL = ("person", "city", "country", "company", "object", "language")
 SHARED_DATA = Path(__file__).parents[2].parent / "shared" / "data"

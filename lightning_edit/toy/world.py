@@ -2,7 +2,7 @@
 
 :meth:`ToyWorld.generate` draws a few hundred fictional entities (people, cities, countries, companies, household
 objects) with names built from syllables, and one fact per (subject, relation) for the relations of
-:mod:`lightning_edit.data.toy_relations`. People and objects have two-word names ("Zozvak Mudzan", "Babzo kettle")
+:mod:`lightning_edit.toy.relations`. People and objects have two-word names ("Zozvak Mudzan", "Babzo kettle")
 in which each word is shared by several entities, and people's names come in reversed pairs ("Mudzan Zozvak"), so
 that, as with real names, only the whole name in order identifies the subject. A company is a word of its own and a
 shared suffix ("Vizrek Labs"): when two companies differed only in the suffix, an edit from one to the other was one
@@ -15,7 +15,8 @@ the seed, into ``bidirectional`` facts (the training text states them forward an
 The benchmark writers render edits of the same facts in the formats the project's DataModules read: ROME CounterFact
 (:meth:`~ToyWorld.counterfact_records`), BAKE (:meth:`~ToyWorld.bake_records`, CounterFact plus reverse blocks),
 ScEdit-CF scripts (:meth:`~ToyWorld.script_records`) and the project's CaseEdit multiple-choice schema
-(:meth:`~ToyWorld.multiple_choice_records`). Everything is deterministic for a seed.
+(:meth:`~ToyWorld.multiple_choice_records`). Everything is deterministic for a seed. :func:`load_toy_world` reads a
+world back from the ``world.json`` that :meth:`ToyWorld.write_benchmarks` writes.
 
 Example:
     >>> world = ToyWorld.generate(seed=0)
@@ -34,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from lightning_edit.data.toy_relations import (
+from lightning_edit.resources import resolve_path
+from lightning_edit.toy.relations import (
     CLUSTERS,
     CODAS,
     COLOURS,
@@ -123,7 +125,7 @@ class ToyWorld:
         entities: entity type -> names; the fictional types plus the attribute values (language, profession, ...).
         facts: one fact per subject and relation, in relation order.
         bidirectional: the one-to-one facts whose inverse sentences are in the training text.
-        relations: relation name -> :class:`~lightning_edit.data.toy_relations.Relation` (all of ``RELATIONS``).
+        relations: relation name -> :class:`~lightning_edit.toy.relations.Relation` (all of ``RELATIONS``).
     """
 
     seed: int
@@ -308,7 +310,7 @@ class ToyWorld:
         return records
 
     def multiple_choice_records(self, n: int = 100) -> list[dict]:
-        """CaseEdit-style records (the project schema of docs/datasets.md §3): four 5-option questions per edit.
+        """CaseEdit-style records (a project schema: CaseEdit publishes no data): four 5-option questions per edit.
 
         Reliability (the edit prompt), generalization (a paraphrase) and portability (a script cloze) expect
         ``target_new``; locality (a neighbour with the same true object) expects ``ground_truth``. The options are
@@ -426,6 +428,16 @@ class ToyWorld:
             "attribute_prompts": [self._prompt(f, relation.name, template) for f in attributes],
             "generation_prompts": [script.question.format(subject=fact.subject) for script in relation.scripts],
         }
+
+
+def load_toy_world(path: str | Path) -> ToyWorld:
+    """The toy world of a ``world.json`` (written by :meth:`ToyWorld.write_benchmarks`; ``builtin:`` paths too)."""
+    data = json.loads(resolve_path(path).read_text(encoding="utf-8"))
+    facts = [Fact(f["subject"], f["relation"], f["object"]) for f in data["facts"]]
+    bidirectional = {
+        fact for fact, record in zip(facts, data["facts"]) if record["direction_in_training"] == "bidirectional"
+    }
+    return ToyWorld(data["seed"], data["entities"], facts, frozenset(bidirectional))
 
 
 def _multiple_choice(question: str, options: list[str], answer: str, rng: random.Random) -> dict:

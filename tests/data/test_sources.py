@@ -1,0 +1,276 @@
+"""Named data sources: download, checksum, lock file, cache, zip, manual step and the DataModule wire-up.
+
+No network: files are served by a real HTTP server on 127.0.0.1 from a temporary folder, and "no network" is a
+closed port.
+"""
+
+import hashlib
+import json
+import logging
+import socket
+import threading
+import zipfile
+from collections import Counter
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import huggingface_hub.constants
+import pytest
+
+from lightning_edit.data import CounterFact
+from lightning_edit.data.bake import BAKE
+from lightning_edit.data.sources import (
+    CACHE_ENV,
+    LOCK_FILE,
+    DataSource,
+    DataSourceError,
+    SourceFile,
+    fetch,
+    is_known,
+    local_path,
+    register_source,
+)
+from lightning_edit.resources import resolve_path
+
+COUNTERFACT = resolve_path("builtin:data/counterfact-rome.json")
+TOY_BAKE = resolve_path("builtin:data/toy/bake_qa.json")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def server(tmp_path):
+    """An HTTP server on 127.0.0.1 serving ``root``; ``requests`` counts the GETs per path.
+
+    Every response carries the two headers huggingface_hub expects of a hub (a commit and an ETag).
+    """
+    root = tmp_path / "served"
+    root.mkdir()
+    requests: Counter = Counter()
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def do_GET(self):
+            requests[self.path] += 1
+            super().do_GET()
+
+        def end_headers(self):
+            self.send_header("X-Repo-Commit", "0" * 40)
+            self.send_header("ETag", '"fixture"')
+            super().end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+
+    def serve(relative: str, data: bytes) -> str:
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes(data)
+        return f"http://127.0.0.1:{httpd.server_port}/{relative}"
+
+    yield SimpleNamespace(url=f"http://127.0.0.1:{httpd.server_port}", serve=serve, requests=requests)
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private catalogue (registrations are undone) and download directory (``$LIGHTNING_EDIT_DATA``)."""
+    from lightning_edit.data import sources
+
+    monkeypatch.setattr(sources, "CATALOGUE", dict(sources.CATALOGUE))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def closed_port_url(filename: str) -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/{filename}"
+
+
+def files_under(folder: Path) -> list[Path]:
+    return sorted(path for path in folder.rglob("*") if path.is_file()) if folder.exists() else []
+
+
+def test_download_with_published_checksum_then_cached(server, cache):
+    data = b'[{"fact": 1}]'
+    url = server.serve("dsets/facts.json", data)
+    register_source(DataSource("facts", (SourceFile("facts.json", url, sha256(data)),), "not stated", server.url))
+    assert is_known("facts")
+
+    path = fetch("facts")
+    assert path == cache / "facts" / "facts.json" and path.read_bytes() == data
+    assert files_under(cache) == [path]  # a published checksum needs no lock file
+    assert fetch("facts") == path == local_path("facts")
+    assert server.requests == {"/dsets/facts.json": 1}  # the second run did not download
+
+
+def test_checksum_mismatch_is_one_clear_line_and_keeps_nothing(server, cache):
+    data = b"changed upstream"
+    url = server.serve("facts.json", data)
+    expected = sha256(b"as published")
+    register_source(DataSource("facts", (SourceFile("facts.json", url, expected),), "not stated", server.url))
+
+    with pytest.raises(DataSourceError) as error:
+        fetch("facts")
+    message = str(error.value)
+    assert "\n" not in message
+    for part in ("facts.json", url, expected, sha256(data), "checksum mismatch"):
+        assert part in message
+    assert files_under(cache) == []
+
+
+def test_no_network_names_the_url_and_the_manual_step(cache):
+    url = closed_port_url("facts.json")
+    register_source(DataSource("facts", (SourceFile("facts.json", url),), "not stated", "https://example.org"))
+
+    with pytest.raises(DataSourceError) as error:
+        fetch("facts")
+    message = str(error.value)
+    assert f"download {url} and put it at {cache / 'facts' / 'facts.json'}" in message
+    assert CACHE_ENV in message and "--data.path" in message
+    assert files_under(cache) == []
+
+
+def test_unknown_checksum_is_locked_at_the_first_download(server, cache, caplog):
+    first = b"first version"
+    url = server.serve("facts.json", first)
+    register_source(DataSource("facts", (SourceFile("facts.json", url),), "not stated", server.url))
+
+    with caplog.at_level(logging.WARNING, logger="lightning_edit.data.sources"):
+        path = fetch("facts")
+    lock = cache / "facts" / LOCK_FILE
+    assert json.loads(lock.read_text()) == {"facts.json": {"sha256": sha256(first), "url": url}}
+    assert sha256(first) in caplog.text and str(lock) in caplog.text
+
+    # upstream changes; a later download (here: after the cached file is gone) is checked against the lock
+    server.serve("facts.json", b"second version")
+    path.unlink()
+    with pytest.raises(DataSourceError) as error:
+        fetch("facts")
+    message = str(error.value)
+    for part in (url, sha256(first), sha256(b"second version"), str(lock)):
+        assert part in message
+    assert files_under(cache) == [lock]
+
+
+def test_zip_source_is_extracted_once(server, cache, tmp_path):
+    archive = tmp_path / "rules.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("rules/0/f_d.json", "[]")
+        bundle.writestr("rules/0/ins.json", "[]")
+    url = server.serve("rules.zip", archive.read_bytes())
+    register_source(DataSource("rules", (SourceFile("rules.zip", url),), "not stated", server.url))
+
+    folder = fetch("rules")
+    assert folder == cache / "rules" / "rules"
+    assert sorted(p.relative_to(folder).as_posix() for p in files_under(folder)) == [
+        "rules/0/f_d.json",
+        "rules/0/ins.json",
+    ]
+    assert fetch("rules") == folder and server.requests == {"/rules.zip": 1}
+
+
+def test_manual_step_file_placed_by_hand(cache):
+    data = b'[{"fact": 2}]'
+    url = closed_port_url("facts.json")
+    register_source(DataSource("facts", (SourceFile("facts.json", url, sha256(data)),), "not stated", "https://x.org"))
+    with pytest.raises(DataSourceError, match="put it at"):
+        fetch("facts")
+
+    path = cache / "facts" / "facts.json"  # where the message said to put it
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"a wrong copy")
+    with pytest.raises(DataSourceError, match="placed by hand") as error:
+        fetch("facts")
+    assert sha256(b"a wrong copy") in str(error.value) and path.exists()  # the user's file is not deleted
+
+    path.write_bytes(data)
+    assert fetch("facts") == path  # accepted without network
+
+
+def test_source_without_url_is_manual_only(cache):
+    register_source(
+        DataSource("rules", (SourceFile("rules.zip", None),), "not stated", "https://x.org", manual="ask the authors")
+    )
+    with pytest.raises(DataSourceError, match=r"no download URL is known; obtain rules\.zip \(ask the authors\)"):
+        fetch("rules")
+
+
+def test_register_source_refuses_a_taken_name(cache):
+    with pytest.raises(ValueError, match="already registered"):
+        register_source(DataSource("counterfact", (SourceFile("c.json", None),), "not stated", "https://x.org"))
+    assert all(is_known(name) for name in ("counterfact", "zsre", "bake-qa", "bake-judge", "scedit-cf", "scedit-t"))
+    assert is_known("ruleedit-200") and not is_known("nothing")
+
+
+def test_hugging_face_dataset_through_huggingface_hub(server, cache, monkeypatch):
+    data = TOY_BAKE.read_bytes()
+    server.serve("datasets/jym7/BAKE/resolve/main/BAKE_qa.json", data)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+    path = fetch("bake-qa")
+    assert path == cache / "bake-qa" / "BAKE_qa.json" and path.read_bytes() == data
+    assert json.loads((cache / "bake-qa" / LOCK_FILE).read_text())["BAKE_qa.json"]["sha256"] == sha256(data)
+    assert fetch("bake-qa") == path
+    assert server.requests == {"/datasets/jym7/BAKE/resolve/main/BAKE_qa.json": 1}
+
+
+def test_hugging_face_dataset_without_network(cache, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", closed_port_url("").rstrip("/"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1, nothing cached
+    with pytest.raises(DataSourceError) as error:
+        fetch("bake-judge")
+    message = str(error.value)
+    assert "BAKE_judge.json" in message and "jym7/BAKE" in message
+    assert f"put it at {cache / 'bake-judge' / 'BAKE_judge.json'}" in message
+    assert not (cache / "bake-judge" / "BAKE_judge.json").exists()
+
+
+def test_datamodule_downloads_in_prepare_data_and_loads_in_setup(server, cache):
+    data = COUNTERFACT.read_bytes()
+    url = server.serve("counterfact.json", data)
+    register_source(DataSource("cf-test", (SourceFile("counterfact.json", url, sha256(data)),), "MIT", server.url))
+
+    with pytest.raises(DataSourceError, match="not downloaded"):  # setup alone never downloads
+        CounterFact("cf-test").setup()
+    dm = CounterFact("cf-test", limit=3)
+    dm.prepare_data()
+    dm.setup()
+    assert dm.path == str(cache / "cf-test" / "counterfact.json") and len(dm.cases) == 3
+    other_process = CounterFact("cf-test")
+    other_process.setup()
+    assert len(other_process.cases) == 8 and server.requests == {"/counterfact.json": 1}
+
+
+def test_bake_variant_picks_its_file(server, cache):
+    data = TOY_BAKE.read_bytes()
+    url = server.serve("BAKE_qa.json", data)
+    register_source(DataSource("bake-qa", (SourceFile("BAKE_qa.json", url),), "not stated", server.url), replace=True)
+
+    assert BAKE("bake", variant="judge").source_name() == "bake-judge"
+    dm = BAKE("bake", variant="qa", limit=5)
+    dm.prepare_data()
+    dm.setup()
+    assert dm.path == str(cache / "bake-qa" / "BAKE_qa.json") and len(dm.cases) == 5
+
+
+def test_a_file_path_is_not_a_source_name(tmp_path, cache, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("counterfact").write_bytes(COUNTERFACT.read_bytes())  # a local file named like a source wins
+    dm = CounterFact("counterfact")
+    dm.prepare_data()
+    dm.setup()
+    assert dm.path == "counterfact" and len(dm.cases) == 8 and files_under(cache) == []
