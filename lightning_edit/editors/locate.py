@@ -53,7 +53,7 @@ Templates = Sequence[str] | Sequence[Sequence[str]]
 
 @dataclass
 class EditSites:
-    """Where the locate-then-edit editors write, per model (a model preset sets these; methods read their own).
+    """Where each editor writes, per model (a model preset sets these; every editor reads its own).
 
     Args:
         rome_layer: the layer ROME edits (gpt2-xl 17; GPT-J, LLaMA, Qwen 5).
@@ -61,12 +61,23 @@ class EditSites:
         mom2_update_weight: MEMIT's λ, the weight of the preserved keys' covariance (gpt2-xl 20000, others 15000).
         mend_layers: the layers whose MLP input and output projections MEND edits (MEND: the last three, e.g.
             gpt2-xl 45-47); None lets MEND take the model's last three layers.
+        ft_layers: the layers whose MLP output projection FT, FT-L and FT-M train (FT-L: gpt2-xl and GPT-J 0,
+            LLaMA 21 in EasyEdit).
+        lora_layers: the layers LoRA adapts; None: every layer (EasyEdit's default).
+        grace_layer: the layer of GRACE's codebook (gpt2-xl 35, LLaMA-2 7B 27); None where no reference value
+            exists (GRACE then asks for it).
+        wise_layer: the layer whose MLP output projection WISE keeps a side memory of (LLaMA-2 7B 27, LLaMA-3 8B
+            29); None where no reference value exists (WISE then asks for it).
     """
 
     rome_layer: int = 5
     memit_layers: list[int] = field(default_factory=lambda: [4, 5, 6, 7, 8])
     mom2_update_weight: float = 15000.0
     mend_layers: list[int] | None = None
+    ft_layers: list[int] = field(default_factory=lambda: [0])
+    lora_layers: list[int] | None = None
+    grace_layer: int | None = None
+    wise_layer: int | None = None
 
 
 def context_templates(
