@@ -14,18 +14,28 @@ trainer's log directory, sends them to the logger and prints the table (:mod:`li
 
 from __future__ import annotations
 
+import sys
+
 import yaml
+from jsonargparse import ArgumentParser
 from lightning import LightningDataModule, LightningModule
 from lightning.pytorch.cli import ArgsType, LightningCLI
 
 import lightning_edit.data  # noqa: F401  (registers the benchmarks for short names)
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
 import lightning_edit.toy  # noqa: F401  (ToyCorpus, CausalLMPretraining, ToyEditTraining)
+from lightning_edit.presets import compose_presets
 from lightning_edit.report import RunReport
 
 
 class EditCLI(LightningCLI):
-    """LightningCLI that reports the metrics of a validate or test run (:class:`~lightning_edit.report.RunReport`)."""
+    """LightningCLI that reports the metrics of a validate or test run (:class:`~lightning_edit.report.RunReport`)
+    and lets model presets compose with every editor (:mod:`lightning_edit.presets`)."""
+
+    def parse_arguments(self, parser: ArgumentParser, args: ArgsType) -> None:
+        if args is None or isinstance(args, list):
+            args = compose_presets(sys.argv[1:] if args is None else args)
+        super().parse_arguments(parser, args)
 
     def before_validate(self) -> None:
         self._add_report()
