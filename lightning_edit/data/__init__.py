@@ -4,6 +4,7 @@ from lightning_edit.data.bake import BAKE
 from lightning_edit.data.base import DataFormatError, EditDataModule
 from lightning_edit.data.counterfact import CounterFact
 from lightning_edit.data.edit_training import EditTraining
+from lightning_edit.data.scedit import ScEdit
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.data.zsre import ZsRE
 
@@ -16,5 +17,6 @@ __all__ = [
     "EditRequest",
     "EditTraining",
     "PromptGroup",
+    "ScEdit",
     "ZsRE",
 ]
