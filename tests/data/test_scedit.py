@@ -1,8 +1,8 @@
 """ScEdit: both formats load, and ES / S-ES / S-NS / S-BO equal hand-computed values on a stub with set logits."""
 
 import json
-import re
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
