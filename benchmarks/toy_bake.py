@@ -49,10 +49,21 @@ def rows(k: int) -> dict[str, tuple[str, bool, list[str]]]:
                 "--model.l2=1",
             ],  # docs/toy-presets.md
         ),
+        "GRACE": ("grace", True, ["--model.protocol=single", "--model.eps=3"]),
+        "WISE": (
+            "wise",
+            True,
+            ["--model.protocol=single", "--model.template_lengths=[[10,5],[15,5]]"],
+        ),
         "PROMPT": ("prompt", False, []),
         "IKE": ("ike", False, ike),
         "ROME + PROMPT": ("rome", True, ["--model.in_context.demonstrations=0"]),
         "ROME + IKE": ("rome", True, ike),
+        "FT": ("ft", True, []),
+        "FT-L": ("ft_l", True, []),
+        "FT-M": ("ft_m", True, []),
+        "LoRA": ("lora", True, ["--model.num_steps=20", "--model.early_stop_loss=1e-2", "--model.lr=1e-3"]),
+        "RECT": ("rect", True, []),
     }
 
 

@@ -35,6 +35,14 @@ METHODS = {  # row name -> (method config, extra flags)
     "MEMIT": ("memit", []),
     # AlphaEdit-only values the toy models need: see docs/toy-presets.md
     "AlphaEdit": ("alphaedit", ["--model.nullspace_threshold", "0.5", "--model.l2", "1"]),
+    "GRACE": ("grace", ["--model.eps", "3"]),  # toy-gpt2: docs/toy-presets.md
+    "WISE": ("wise", ["--model.template_lengths", "[[10,5],[15,5]]"]),  # toy-gpt2
+    "FT": ("ft", []),
+    "FT-L": ("ft_l", []),
+    "FT-M": ("ft_m", []),
+    # LoRA's toy steps, early stop and learning rate: see docs/toy-presets.md
+    "LoRA": ("lora", ["--model.num_steps", "20", "--model.early_stop_loss", "1e-2", "--model.lr", "1e-3"]),
+    "RECT": ("rect", []),
 }
 METRICS = ("ES", "PS", "NS")
 

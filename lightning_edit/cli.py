@@ -14,16 +14,38 @@ trainer's log directory, sends them to the logger and prints the table (:mod:`li
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import traceback
+import warnings
+from argparse import ArgumentError
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
 
 import yaml
-from jsonargparse import ArgumentParser
-from lightning import LightningDataModule, LightningModule
-from lightning.pytorch.cli import ArgsType, LightningCLI
+from jsonargparse import ArgumentParser, Namespace
+from lightning import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import OnExceptionCheckpoint
+from lightning.pytorch.cli import ArgsType, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import lightning_edit.data  # noqa: F401  (registers the benchmarks for short names)
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
 import lightning_edit.toy  # noqa: F401  (ToyCorpus, CausalLMPretraining, ToyEditTraining)
+from lightning_edit.editors.base import EditorModule
+from lightning_edit.errors import (
+    DEBUG_ENV,
+    REDACTED,
+    SECRET_KEY,
+    argv_secrets,
+    environment_secrets,
+    redact,
+    redact_text,
+    request_stop,
+    user_error,
+)
 from lightning_edit.presets import compose_presets
 from lightning_edit.report import RunReport
 
@@ -47,18 +69,82 @@ class EditCLI(LightningCLI):
         config = yaml.safe_load(self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False))
         self.trainer.callbacks.append(RunReport(config))
 
+    # Secrets (lightning_edit.errors): none reaches config.yaml, a logger's files or what a logger records ----------
 
-def build_cli(args: ArgsType = None, run: bool = True) -> EditCLI:
+    def before_instantiate_classes(self) -> None:
+        """Redact the secrets nested in the loggers' extra arguments (W&B's ``config``, written to its run files); a
+        logger's own key argument (``api_key``) is kept: it authenticates with it."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        loggers = config.get("trainer.logger")
+        for logger in loggers if isinstance(loggers, list) else [loggers]:
+            for group in ("init_args", "dict_kwargs") if isinstance(logger, Namespace) else ():
+                arguments = logger.get(group)
+                for name, value in arguments.items() if isinstance(arguments, (dict, Namespace)) else ():
+                    if "." not in name and isinstance(value, (dict, list)):
+                        arguments[name] = redact(value)
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The trainer, whose loggers record hyper-parameters with their secrets redacted; a ``fit`` that trains
+        also saves a checkpoint to resume from when it is stopped (:class:`InterruptCheckpoint`)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        for logger in trainer.loggers:
+            logger.log_hyperparams = partial(_log_redacted, logger.log_hyperparams)
+        closed_form = (
+            isinstance(self.model, EditorModule) and type(self.model).training_step is EditorModule.training_step
+        )
+        if self.subcommand == "fit" and not closed_form:
+            trainer.callbacks.append(InterruptCheckpoint())
+        return trainer
+
+
+class InterruptCheckpoint(OnExceptionCheckpoint):
+    """A fit stopped by SIGTERM or Ctrl-C saves ``<log dir>/interrupted.ckpt`` (recorded on the exception as
+    ``checkpoint``), to resume from with ``--ckpt_path``."""
+
+    def __init__(self) -> None:
+        super().__init__(dirpath=".", filename="interrupted")
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self.dirpath = trainer.log_dir or trainer.default_root_dir
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
+            super().on_exception(trainer, pl_module, exception)
+            exception.checkpoint = self.ckpt_path
+
+
+def _log_redacted(log_hyperparams: Callable[..., None], params: Any, *args: Any, **kwargs: Any) -> None:
+    log_hyperparams(redact(dict(params)) if isinstance(params, Mapping) else params, *args, **kwargs)
+
+
+class SecretFreeSaveConfig(SaveConfigCallback):
+    """LightningCLI's ``config.yaml`` of the run, with every secret-looking value redacted."""
+
+    def __init__(self, parser: ArgumentParser, config: Namespace, *args: Any, **kwargs: Any):
+        config = config.clone()
+        for key, value in config.items():
+            if SECRET_KEY.search(key.rpartition(".")[2]) and value is not None:
+                config[key] = REDACTED
+            elif isinstance(value, (dict, list)):
+                config[key] = redact(value)
+        super().__init__(parser, config, *args, **kwargs)
+
+
+def build_cli(args: ArgsType = None, run: bool = True, exit_on_error: bool = True) -> EditCLI:
     """Parse ``args`` (or the command line), run the subcommand and return the CLI object (for tests, notebooks).
 
     With ``run=False``, ``args`` has no subcommand and nothing runs:
     ``build_cli(["--config", "configs/quickstart.yaml"], run=False).model`` is the editor that config describes.
+    ``exit_on_error=False`` raises ``ArgumentError`` for a rejected option instead of printing it and exiting.
     """
     return EditCLI(
         LightningModule,  # editors (EditorModule) and trainable modules (toy pretraining, MEND)
         LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
+        save_config_callback=SecretFreeSaveConfig,
+        parser_kwargs={"exit_on_error": exit_on_error}
+        | {subcommand: {"exit_on_error": exit_on_error} for subcommand in EditCLI.subcommands()},
         save_config_kwargs={"overwrite": True},
         trainer_defaults={"inference_mode": False, "enable_checkpointing": False},
         auto_configure_optimizers=False,
@@ -68,5 +154,46 @@ def build_cli(args: ArgsType = None, run: bool = True) -> EditCLI:
 
 
 def main(args: ArgsType = None) -> None:
-    """The console script ``lightning-edit``."""
-    build_cli(args)
+    """The console script ``lightning-edit`` (lightning_edit.errors): a user error or a rejected option is printed as
+    one line, exit status 1 (2 for an option); SIGTERM stops a run at its next safe point, exit status 143, saying
+    how to resume; ``--debug`` or ``LIGHTNING_EDIT_DEBUG=1`` prints tracebacks. No message shows a secret of the
+    command line, its config files or the environment."""
+    argv = list(sys.argv[1:] if args is None else args)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    argv = [argument for argument in argv if argument != "--debug"]
+    secrets = argv_secrets(argv) | environment_secrets()
+    if args is None:
+        sys.argv[1:] = argv  # LightningCLI reads the command line itself
+    signal.signal(signal.SIGTERM, request_stop)
+    # the command line is given to LightningCLI as args (presets are composed first): not a mistake, and the warning
+    # would print the command line, secrets included
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended to run from within Python")
+    try:
+        build_cli(None if args is None else argv, exit_on_error=False)
+    except ArgumentError as error:
+        usage = f"lightning-edit {' '.join(argv[:1])} --help lists the options"
+        _exit(f"error: {_one_line(str(error))} ({usage})", 2, secrets)
+    except SIGTERMException as error:
+        saved = getattr(error, "checkpoint", None)
+        hint = f"resume with the same command and --ckpt_path {saved}" if saved else "run the same command again"
+        _exit(f"stopped by SIGTERM before the run finished; {hint}", 128 + signal.SIGTERM, secrets)
+    except Exception as error:
+        found = user_error(error)
+        if found is None or debug:
+            _exit("".join(traceback.format_exception(error)).rstrip(), 1, secrets)
+        _exit(f"error: {found}", found.exit_code, secrets)
+
+
+def _one_line(message: str) -> str:
+    """jsonargparse's message of a rejected option in one line, without its dump of every Union alternative."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if "Errors:" in lines and any(line.startswith("Given value type:") for line in lines):
+        start = lines.index("Errors:") + 1
+        end = next(i for i, line in enumerate(lines) if line.startswith("Given value type:"))
+        lines = lines[:1] + [line for line in lines[start:end] if "Expected a <class 'NoneType'>" not in line]
+    return " ".join(line.removeprefix("- ") for line in lines)
+
+
+def _exit(message: str, status: int, secrets: set[str]) -> None:
+    print(f"lightning-edit: {redact_text(message, secrets)}", file=sys.stderr)
+    raise SystemExit(status)

@@ -23,8 +23,8 @@ from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, Target,
 
 # the unedited model's result of every request the reference asked for
 Reference = dict[Request, Any]
-# metric name -> (score kind, [(case id, prompt index, score), ...])
-Scores = dict[str, tuple[str, list[tuple[int, int, float]]]]
+# metric name -> (score kind, [(case id, prompt index, score), ...]); a score is None when missing (a judge's verdict)
+Scores = dict[str, tuple[str, list[tuple[int, int, float | None]]]]
 
 
 @dataclass

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -27,20 +26,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning_edit.data.base import EditDataModule
 from lightning_edit.data.schema import EditCase
 from lightning_edit.editors.base import EditorModule
+from lightning_edit.errors import redact
+from lightning_edit.judges.kind import judge_report
 from lightning_edit.results import markdown_table, write_results
-
-# config keys whose values are never written or logged (secrets belong in the environment)
-SECRET_KEY = re.compile(r"(api_?key|secret|password|access_token|auth_token)$", re.IGNORECASE)
-REDACTED = "<redacted>"
-
-
-def redact(config: Any) -> Any:
-    """``config`` with the value of every secret-looking key replaced by ``<redacted>``."""
-    if isinstance(config, dict):
-        return {k: REDACTED if SECRET_KEY.search(str(k)) and v is not None else redact(v) for k, v in config.items()}
-    if isinstance(config, list):
-        return [redact(item) for item in config]
-    return config
 
 
 def case_rows(cases: list[EditCase], case_scores: dict[str, dict[int, float]]) -> list[dict[str, Any]]:
@@ -115,12 +103,19 @@ class RunReport(Callback):
         if not isinstance(module, EditorModule) or trainer.sanity_checking:
             return
         directory = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast: every process asks
+        judges = judge_report()  # gathered from every process too
         if not trainer.is_global_zero:
             return
         datamodule = trainer.datamodule
         cases = datamodule.cases if isinstance(datamodule, EditDataModule) else []
-        counts = {"cases": len(cases), "skipped_records": getattr(datamodule, "skipped", [])}
-        path = write_results(directory, module.results, self.config, counts, time.perf_counter() - self.start)
+        counts = {
+            "cases": len(cases),
+            "skipped_records": getattr(datamodule, "skipped", []),
+            "target_equals_true": getattr(datamodule, "target_equals_true", []),
+        }
+        notes = datamodule.run_notes(module) if isinstance(datamodule, EditDataModule) else {}
+        seconds = time.perf_counter() - self.start
+        path = write_results(directory, module.results, self.config, counts, seconds, notes, judges)
         rows = case_rows(cases, module.case_scores)
         (directory / "cases.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
 

@@ -43,10 +43,15 @@ def write_results(
     config: dict[str, Any],
     counts: dict[str, Any],
     seconds: float | None = None,
+    benchmark: dict[str, Any] | None = None,
+    judges: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``results.json`` and ``results.md`` into ``directory``; returns the JSON path.
 
-    ``seconds``: wall-clock time of the evaluation (edits and scoring, not loading), reported as ``seconds``.
+    ``seconds``: wall-clock time of the evaluation (edits and scoring, not loading), reported as ``seconds``;
+    ``benchmark``: the benchmark's notes on the run (:meth:`~lightning_edit.data.base.EditDataModule.run_notes`),
+    written as ``benchmark`` when there are any; ``judges``: the ``judges`` and ``judge_agreement`` blocks
+    (:func:`~lightning_edit.judges.kind.judge_report`) when a judge scored anything.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -54,6 +59,8 @@ def write_results(
         "metrics": metrics,
         "counts": counts,
         "seconds": seconds,
+        **({"benchmark": benchmark} if benchmark else {}),
+        **(judges or {}),
         "config": config,
         "versions": package_versions(),
         "git_hash": git_hash(),

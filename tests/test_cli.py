@@ -39,7 +39,7 @@ def test_validate_flat_counterfact(tmp_path):
     assert metrics["locality_acc"]["macro"] == 1.0  # the unedited model agrees with itself
     assert 0.0 <= metrics["ES"]["macro"] <= 1.0 and metrics["ES"]["kind"] == "prob"
     assert "probability comparison" in metrics["ES"]["convention"]
-    assert results["counts"] == {"cases": 5, "skipped_records": []}
+    assert results["counts"] == {"cases": 5, "skipped_records": [], "target_equals_true": []}
     assert results["config"]["model"]["init_args"]["lm"]["path"] == "builtin:models/tiny-gpt2"
     assert results["versions"]["torch"] and "git_hash" in results
     table = (tmp_path / "results.md").read_text()

@@ -22,7 +22,7 @@ from lightning import LightningModule
 from transformers import AutoModelForCausalLM, GPT2Config, GPTJConfig, LlamaConfig, Qwen2Config, Qwen3Config
 
 from lightning_edit.cli import build_cli
-from lightning_edit.editors import MEMIT, ROME, AlphaEdit
+from lightning_edit.editors import FT, MEMIT, RECT, ROME, AlphaEdit, LoRA
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.models.build import train_tokenizer
@@ -288,3 +288,32 @@ def test_site_outside_the_model_raises(method, tiny_model_dir, capsys):
     with pytest.raises(ValueError, match="Layer 1[3-7] out of range for a 12-layer gpt2 model") as error:
         instantiate_model(resolved["model"])  # jsonargparse wraps the editor's IndexError
     assert isinstance(error.value.__cause__, IndexError)
+
+
+#: The fine-tuning editors and RECT (configs/methods/<name>.yaml): each takes from a preset what it accepts.
+OTHER_METHODS = {"ft": FT, "ft_l": FT, "ft_m": FT, "lora": LoRA, "rect": RECT}
+
+
+@pytest.mark.parametrize("method", sorted(OTHER_METHODS))
+@pytest.mark.parametrize("preset", PRESETS, ids=config_id)
+def test_other_method_on_preset_architecture(method, preset, tiny_model_dir, capsys):
+    """FT, FT-L, FT-M, LoRA and RECT compose with every preset and edit sites of the real model's layers."""
+    directory, num_layers = preset_model(preset, tiny_model_dir)
+    preset_args = load(preset)["model"]["init_args"]
+    resolved = print_config(
+        capsys,
+        *configs(CONFIG_DIR / f"methods/{method}.yaml", preset, DEFAULTS["benchmarks"]),
+        f"--model.lm.path={directory}",
+    )
+    init_args = resolved["model"]["init_args"]
+    assert init_args["sites"] == {**vars(EditSites()), **preset_args["sites"]}
+    editor = instantiate_model(resolved["model"])
+    assert isinstance(editor, OTHER_METHODS[method]) and editor.arch.num_layers == num_layers
+    parameters = dict(editor.model.named_parameters())
+    if isinstance(editor, FT):
+        assert editor.parameter_names and set(editor.parameter_names) <= set(parameters)
+        assert {int(name.split(".")[-4]) for name in editor.parameter_names} == set(editor.sites.ft_layers)
+    elif isinstance(editor, LoRA):
+        assert all(editor.model.get_submodule(name) is not None for name in editor.module_names)
+    else:
+        assert editor.weight_name in parameters and editor.layer == editor.sites.rome_layer

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lightning_edit.cli import build_cli
-from lightning_edit.report import REDACTED, redact
+from lightning_edit.errors import REDACTED, redact
 
 ROOT = Path(__file__).resolve().parents[1]
 

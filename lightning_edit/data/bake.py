@@ -30,15 +30,19 @@ from typing import Any, Literal
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
 from lightning_edit.data.counterfact import rome_request
 from lightning_edit.data.schema import EditCase, PromptGroup
+from lightning_edit.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 # Judgment prompts of the paper's code per model family; {} is the statement (docs/benchmarks.md#bake). "record"
-# uses the record's reverse_judge.prompt as it is (the code's setting for GPT-2 XL).
+# uses the record's reverse_judge.prompt as it is (the code's setting for GPT-2 XL). "llama-2" joins its
+# instruction and the statement with no space, as the paper's code does.
 JUDGE_TEMPLATES = {
     "record": "",
     "gpt-j": "{}, is the information described in this sentence correct?",
     "llama": "{}, is the information described in this sentence true?",
+    "llama-2": "Please use yes or no to judge the factuality of the following sentence. Yes means this sentence is "
+    "correct, and no means it is wrong.{}. Is this sentence correct?",
 }
 FAMILY_CANDIDATES = ("yes, it is true", "no, it is false")  # the answers compared with a family template
 _BAKE_KEYS = {
@@ -66,9 +70,10 @@ class BAKE(EditDataModule):
             then ignored, as the paper's code does, with a logged note).
         convention: ``probability`` (the paper) or ``token_accuracy`` (the 2025 EasyEdit-based code).
         pre_edit_filter: count a reverse prompt only where the unedited model preferred the original answer.
-        judge_template: ``record`` (the record's judgment prompt), a family (``gpt-j``, ``llama``) or a template
-            with ``{}`` for the statement: ``reverse_qa.prompt + " " + reverse_qa.target_new`` (BAKE-Q&J) or the
-            judgment prompt without ``Whether`` and ``?`` (BAKE-J).
+        judge_template: ``record`` (the record's judgment prompt), a family (``gpt-j``, ``llama``, ``llama-2``) or a
+            template with one ``{}`` for the statement: ``reverse_qa.prompt + " " + reverse_qa.target_new``
+            (BAKE-Q&J) or the judgment prompt with every ``"Whether "`` and ``"?"`` removed and its first letter
+            upper-cased (BAKE-J, :func:`judge_statement`).
         judge_candidates: the (expected, alternative) answers of a judgment; default: the record's
             ``reverse_judge`` targets with ``record``, ("yes, it is true", "no, it is false") with a template.
     """
@@ -88,10 +93,10 @@ class BAKE(EditDataModule):
         super().__init__(path, limit, sample_seed, batch_size)
         self.variant, self.convention, self.pre_edit_filter = variant, convention, pre_edit_filter
         template = JUDGE_TEMPLATES.get(judge_template, judge_template)
-        if template and "{}" not in template:
-            raise ValueError(
+        if template and template.count("{}") != 1:
+            raise ConfigError(
                 f"judge_template {judge_template!r}: neither a family ({', '.join(JUDGE_TEMPLATES)}) nor a template "
-                "with {} for the statement"
+                "with one {} for the statement"
             )
         self.judge_template = template
         self.judge_candidates = tuple(judge_candidates) if judge_candidates else None
@@ -154,7 +159,7 @@ class BAKE(EditDataModule):
         judge = reader.string("reverse_judge.prompt")
         if self.judge_template:
             if statement is None:
-                statement = judge.removeprefix("Whether ").removesuffix("?").strip()
+                statement = judge_statement(judge)
             judge = self.judge_template.replace("{}", statement)
             yes, no = self.judge_candidates or FAMILY_CANDIDATES
         else:
@@ -180,6 +185,13 @@ class BAKE(EditDataModule):
         if not all(name in results for name in names):
             return {}
         return {"bake_logprob": logprob_figure({name: results[name]["macro"] for name in names})}
+
+
+def judge_statement(prompt: str) -> str:
+    """BAKE-J's statement of a judgment prompt, as the paper's code builds it: every ``"Whether "`` and every ``"?"``
+    removed, then the first character upper-cased (``"Whether london is in France?"`` -> ``"London is in France"``)."""
+    statement = prompt.replace("Whether ", "").replace("?", "")
+    return statement[:1].upper() + statement[1:]
 
 
 def _mean(values: list[float]) -> float:

@@ -20,12 +20,13 @@ from torch.utils.data import DataLoader, Dataset
 
 from lightning_edit.data.schema import EditCase
 from lightning_edit.data.sources import fetch, is_known, local_path
+from lightning_edit.errors import ConfigError, UserError
 from lightning_edit.resources import resolve_path
 
 log = logging.getLogger(__name__)
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError, ValueError):
     """A benchmark file that does not have the expected format; names the file, record and field."""
 
     def __init__(self, path: str | Path, message: str, index: int | None = None, field: str | None = None):
@@ -77,6 +78,14 @@ def _record_index(source: str) -> int | None:
     return int(index) if index.isdigit() else None
 
 
+def case_error(case: EditCase, field: str, message: str) -> DataFormatError:
+    """A :class:`DataFormatError` naming the file and record a case came from (its ``source``) and ``field``."""
+    path, hash_sign, index = case.source.rpartition("#")
+    if not hash_sign or not index.isdigit():
+        return DataFormatError(case.source or f"case {case.case_id}", message, None, field)
+    return DataFormatError(path, message, int(index), field)
+
+
 class RecordReader:
     """Typed access to the fields of one record, with errors that name file, record and field."""
 
@@ -124,6 +133,8 @@ class RecordReader:
     def template(self, prompt_field: str, subject: str) -> str:
         """The prompt with ``{}`` for the subject, created by replacing the subject's first occurrence."""
         prompt = self.string(prompt_field)
+        if prompt.count("{}") > 1:
+            raise self.error(prompt_field, f"the prompt {prompt!r} has {prompt.count('{}')} '{{}}'; one is the subject")
         if "{}" in prompt:
             return prompt
         if not subject or subject not in prompt:
@@ -188,9 +199,16 @@ class EditDataModule(LightningDataModule, ABC):
     def __init__(self, path: str, limit: int | None = None, sample_seed: int | None = None, batch_size: int = 8):
         super().__init__()
         self.save_hyperparameters()
+        if limit is not None and limit < 1:
+            raise ConfigError(f"data.limit={limit}: keep at least 1 case, or leave it unset (null) to keep every case")
+        if sample_seed is not None and limit is None:
+            raise ConfigError(f"data.sample_seed={sample_seed} samples data.limit cases: set data.limit too")
+        if batch_size < 1:
+            raise ConfigError(f"data.batch_size={batch_size}: must be at least 1")
         self.path, self.limit, self.sample_seed, self.batch_size = path, limit, sample_seed, batch_size
         self.cases: list[EditCase] = []
         self.skipped: list[dict[str, Any]] = []
+        self.target_equals_true: list[int] = []  # records (or case ids) whose target_new is their target_true
 
     @abstractmethod
     def load_cases(self) -> list[EditCase]:
@@ -206,10 +224,20 @@ class EditDataModule(LightningDataModule, ABC):
         an error.
         """
 
-    def skip(self, index: int, reason: str) -> None:
-        """Leave a record out, on the record: skipped records are counted and listed in results.json."""
-        self.skipped.append({"record": index, "reason": reason})
-        log.warning("%s: record %d skipped: %s", self.path, index, reason)
+    def skip(self, index: int | None, reason: str, file: str | Path | None = None) -> None:
+        """Leave a record out, on the record: skipped records are counted and listed in results.json.
+
+        Args:
+            index: the record's index in its file; None when a whole file is left out.
+            reason: why.
+            file: the file, for a benchmark of several files (default: :attr:`path`, not repeated in the entry).
+        """
+        entry: dict[str, Any] = {"record": index, "reason": reason}
+        if file is not None:
+            entry["file"] = str(file)
+        self.skipped.append(entry)
+        where = "" if index is None else f": record {index}"
+        log.warning("%s%s skipped: %s", self.path if file is None else file, where, reason)
 
     def source_name(self) -> str | None:
         """The data source (:mod:`lightning_edit.data.sources`) that :attr:`path` names: ``path`` by default."""
@@ -232,7 +260,7 @@ class EditDataModule(LightningDataModule, ABC):
             return
         if name := self._named_source():
             self.path = str(local_path(name))  # on every process, the file prepare_data fetched
-        self.skipped = []
+        self.skipped, self.target_equals_true = [], []
         cases = self.load_cases()
         seen: dict[int, str] = {}
         for case in cases:
@@ -244,6 +272,18 @@ class EditDataModule(LightningDataModule, ABC):
                     "case_id",
                 )
             seen[case.case_id] = case.source
+            if any(r.target_true is not None and r.target_new.strip() == r.target_true.strip() for r in case.requests):
+                self.target_equals_true.append(_record_index(case.source) or case.case_id)
+        if self.target_equals_true:  # kept and scored as the reference code does; counted in results.json
+            log.warning(
+                "%s: %d records ask for a target_new equal to target_true (records %s): the edit changes nothing",
+                self.path,
+                len(self.target_equals_true),
+                self.target_equals_true[:10],
+            )
+        if not cases:
+            skipped = f" ({len(self.skipped)} skipped records)" if self.skipped else ""
+            raise DataFormatError(self.path, f"no edit cases to evaluate{skipped}: the file holds no usable records")
         if self.limit is not None and self.limit < len(cases):
             if self.sample_seed is None:
                 cases = cases[: self.limit]
@@ -258,6 +298,11 @@ class EditDataModule(LightningDataModule, ABC):
 
     def figures(self, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The benchmark's own plots of a run's results, name -> matplotlib figure; none by default."""
+        return {}
+
+    def run_notes(self, module: Any) -> dict[str, Any]:
+        """What results.json records about the run besides its metrics, under ``benchmark`` (e.g. the tokens a
+        score read, given the editor ``module``'s tokenizer and scoring settings); nothing by default."""
         return {}
 
     def val_dataloader(self) -> DataLoader:

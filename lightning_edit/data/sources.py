@@ -20,13 +20,15 @@ from pathlib import Path
 import pooch
 import requests
 
+from lightning_edit.errors import UserError
+
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "LIGHTNING_EDIT_DATA"
 LOCK_FILE = "sha256.lock.json"
 
 
-class DataSourceError(ValueError):
+class DataSourceError(UserError, ValueError):
     """A source that cannot be fetched or verified; the message names the file, the URL and what to do."""
 
 

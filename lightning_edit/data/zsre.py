@@ -81,7 +81,7 @@ class ZsRE(EditDataModule):
             raise reader.error("answers", "expected at least one answer, found an empty list")
         if self.target == "answers0":
             new, true = answers[0], None
-        elif alt:
+        elif alt.strip():
             new, true = alt, answers[0]
         else:
             self.skip(reader.index, 'empty "alt": no edit target with target="alt"')

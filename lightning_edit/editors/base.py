@@ -44,6 +44,7 @@ distributed sampler repeats is counted once.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,9 +57,10 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from lightning_edit.data.base import loader_cases
+from lightning_edit.data.base import case_error, loader_cases
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContext, InContextPrompts
+from lightning_edit.errors import ConfigError
 from lightning_edit.evaluation import CaseScorer, Reference, Scores, ScoringConfig
 from lightning_edit.metrics import PromptMean
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
@@ -79,6 +81,22 @@ class Undo(Protocol):
 
     def restore(self) -> None:
         """Return the model to its state when this undo was made (bit-identical)."""
+
+
+def max_positions(model: nn.Module) -> int | None:
+    """The model's maximum positions (``n_positions`` / ``max_position_embeddings``), None when it has none."""
+    config = getattr(model, "config", None)
+    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+
+
+def _check_length(case: EditCase, field: str, prompt: str, tokens: int, limit: int | None) -> None:
+    if limit is not None and tokens > limit:
+        raise case_error(
+            case,
+            field,
+            f"the prompt {prompt[:60]!r}... is {tokens} tokens long with its answer, more than the model's {limit} "
+            "positions: shorten it or leave the record out",
+        )
 
 
 class EditorModule(LightningModule, ABC):
@@ -112,7 +130,11 @@ class EditorModule(LightningModule, ABC):
         super().__init__()
         self.save_hyperparameters()
         if eval_at and protocol != "sequential":
-            raise ValueError(f"eval_at={eval_at} needs protocol='sequential', not {protocol!r}")
+            raise ConfigError(f"eval_at={eval_at} needs protocol='sequential', not {protocol!r}")
+        if edit_batch_size < 1:
+            raise ConfigError(f"edit_batch_size={edit_batch_size}: cases per editor call, at least 1")
+        if eval_at and min(eval_at) < 1:
+            raise ConfigError(f"eval_at={eval_at}: numbers of edits, each at least 1")
         self.model, self.tokenizer = load_model_and_tokenizer(lm)
         self.model.requires_grad_(False)
         self.protocol, self.edit_batch_size, self.eval_at = protocol, edit_batch_size, sorted(eval_at or [])
@@ -158,15 +180,26 @@ class EditorModule(LightningModule, ABC):
         return save_edited_model(self.model, self.tokenizer, directory, cases, type(self).__name__, self.hparams)
 
     def check_cases(self, cases: list[EditCase]) -> None:
-        """Raise, naming the case, if a request cannot be edited; called on every case before any weight changes."""
+        """Raise :class:`~lightning_edit.data.base.DataFormatError`, naming the file, record and field, if a request
+        cannot be edited or a prompt does not fit in the model's positions; called on every case before any weight
+        changes."""
+        limit = max_positions(self.model)
         for case in cases:
             for request in case.requests:
                 if not request.subject.strip():
-                    raise ValueError(f"{case.source or case.case_id}: empty subject")
+                    raise case_error(case, "subject", "empty subject")
                 try:
-                    encode_prompt_target(self.tokenizer, request.filled_prompt, request.target_new)
+                    prompt, target = encode_prompt_target(self.tokenizer, request.filled_prompt, request.target_new)
                 except ValueError as error:
-                    raise ValueError(f"{case.source or case.case_id}: target_new: {error}") from None
+                    raise case_error(case, "target_new", str(error)) from None
+                _check_length(case, "prompt", request.filled_prompt, len(prompt) + len(target), limit)
+            for name, group in case.groups.items():
+                for prompt, expected in zip(group.prompts, group.expected):
+                    try:
+                        tokens = sum(map(len, encode_prompt_target(self.tokenizer, prompt, expected)))
+                    except ValueError as error:
+                        raise case_error(case, name, str(error)) from None
+                    _check_length(case, name, prompt, tokens, limit)
 
     def on_edits_restored(self) -> None:
         """Called after the protocol restored the weights: forget state that belongs to the undone edits."""
@@ -316,7 +349,7 @@ class EditorModule(LightningModule, ABC):
                 "single": "each case is edited alone",
                 "batch": "the cases of one data batch (--data.batch_size) are edited together",
             }
-            raise ValueError(
+            raise ConfigError(
                 f"edit_batch_size={self.edit_batch_size} is for protocol 'sequential' (and fit); under "
                 f"{self.protocol!r} {together[self.protocol]}: set edit_batch_size to 1"
             )
@@ -326,7 +359,7 @@ class EditorModule(LightningModule, ABC):
         limit = self.trainer.limit_test_batches if self.trainer.testing else self.trainer.limit_val_batches
         every_batch = limit >= 1.0 if isinstance(limit, float) else limit >= len(loader)  # an int counts batches
         if self.protocol == "sequential" and not every_batch:
-            raise ValueError(
+            raise ConfigError(
                 f"trainer.limit_{'test' if self.trainer.testing else 'val'}_batches={limit} would score only some "
                 "of the cases the sequential protocol edits: limit the benchmark instead (--data.limit)"
             )
@@ -376,7 +409,7 @@ class EditorModule(LightningModule, ABC):
             self.metrics[name + suffix].update(
                 torch.tensor(case_ids, dtype=torch.long),
                 torch.tensor(prompt_ids, dtype=torch.long),
-                torch.tensor(values, dtype=torch.double),
+                torch.tensor([math.nan if v is None else v for v in values], dtype=torch.double),  # None: missing
             )
 
     def on_validation_epoch_end(self) -> None:

@@ -18,6 +18,7 @@ from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.locate import (
     MEMIT_TEMPLATE_LENGTHS,
+    WORD_SEED_PROMPTS,
     ContextTemplateCache,
     EditSites,
     FactToken,
@@ -86,13 +87,20 @@ class MEMIT(EditorModule):
         """ΔW_l (d_out, d_in) for keys K (d_in, n) and residuals R (d_out, n)."""
         return memit_update(self._covariances[layer], K, R, self.mom2_update_weight)
 
+    def context_templates(self) -> list[str]:
+        """``["{}", "<text>. {}", ...]``, the texts sampled from "The", "Therefore", "Because", "I", "You" in turn, as
+        the reference code does (:data:`~lightning_edit.editors.locate.WORD_SEED_PROMPTS`); generated once."""
+        return self.templates.get(
+            self.model, self.tokenizer, self.template_lengths, self.template_seed, WORD_SEED_PROMPTS
+        )
+
     def after_batch(self, requests: list[EditRequest], templates: list[list[str]]) -> None:
         """Bookkeeping once a batch is written (AlphaEdit accumulates its keys here)."""
 
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """Write the requests as one batch (the sequential protocol calls this once per edit batch)."""
         self.prepare_statistics()
-        flat = self.templates.get(self.model, self.tokenizer, self.template_lengths, self.template_seed)
+        flat = self.context_templates()
         templates = bare_and_prefixed(flat)  # k̄ = ½·k(bare) + ½·mean(k(prefixed)) (docs/methods.md#keys)
         last = self.layers[-1]
         vectors = optimize_target_vectors(

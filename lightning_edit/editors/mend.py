@@ -40,6 +40,7 @@ from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.mend_network import Factors, MENDNetwork
 from lightning_edit.editors.target_vector import TargetOptimization
+from lightning_edit.errors import ConfigError, UserError
 from lightning_edit.evaluation import ScoringConfig
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.loading import ModelSource
@@ -55,7 +56,7 @@ _PROBES = 8  # weight entries recorded per edited weight to recognise the base m
 torch.serialization.add_safe_globals([AttributeDict, EditSites, ModelSource, ScoringConfig, TargetOptimization])
 
 
-class MENDCheckpointError(ValueError):
+class MENDCheckpointError(UserError, ValueError):
     """A MEND checkpoint that does not belong to this base model or these edited parameters."""
 
 
@@ -136,6 +137,7 @@ class MEND(EditorModule):
             settings = {key: meta["network"][key] for key in NETWORK_SETTINGS}
         self.settings = settings
         self.network = MENDNetwork(self._shapes(), edit_lr=edit_lr, **settings)
+        self.ckpt_path = ckpt_path
         if state is not None:
             self.network.load_state_dict(state)
             rank_zero_info(f"MEND: hypernetwork loaded from {ckpt_path} ({settings})")
@@ -252,6 +254,15 @@ class MEND(EditorModule):
 
     def on_fit_start(self) -> None:
         """MEND trains its hypernetwork in ``training_step``: nothing is edited before the fit."""
+
+    def setup(self, stage: str) -> None:
+        """As :meth:`EditorModule.setup`; a validate or test needs a trained hypernetwork (``ckpt_path``)."""
+        if stage in ("validate", "test") and self.ckpt_path is None:
+            raise ConfigError(
+                f"MEND {stage} without model.ckpt_path would edit with an untrained, random hypernetwork: pass "
+                "--model.ckpt_path <dir>/mend.pt (written by lightning-edit fit)"
+            )
+        super().setup(stage)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         transforms = [p for name, p in self.network.named_parameters() if name != "edit_lrs"]
@@ -378,6 +389,9 @@ class MEND(EditorModule):
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("network.")}
         checkpoint["mend_meta"] = self.meta()
         checkpoint["mend_progress"] = {"skipped_steps": self.skipped_steps, "batches_seen": self.batches_seen}
+        checkpoint["mend_accumulated_grads"] = {  # a fit stopped between optimizer steps resumes bit-identically
+            name: p.grad.detach().cpu() for name, p in self.network.named_parameters() if p.grad is not None
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "mend_meta" not in checkpoint:
@@ -392,14 +406,25 @@ class MEND(EditorModule):
         progress = checkpoint.get("mend_progress", {})
         self.skipped_steps = progress.get("skipped_steps", 0)
         self.batches_seen = progress.get("batches_seen", 0)
+        parameters = dict(self.network.named_parameters())
+        for name, grad in checkpoint.get("mend_accumulated_grads", {}).items():
+            parameters[name].grad = grad.to(parameters[name].device)
 
 
 def read_hypernetwork(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """(network state dict, meta) of a ``mend.pt`` or of a MEND fit checkpoint, read with ``weights_only=True``."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"MEND checkpoint {path} not found")
-    content = torch.load(path, map_location="cpu", weights_only=True)
+        raise MENDCheckpointError(f"MEND checkpoint {path} not found (model.ckpt_path: the mend.pt written by fit)")
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, corrupt, or not a torch file
+        raise MENDCheckpointError(
+            f"{path}: cannot read this MEND checkpoint ({type(error).__name__}: {str(error).splitlines()[0]}); "
+            "pass the mend.pt written by lightning-edit fit, or a fit checkpoint"
+        ) from error
+    if not isinstance(content, dict):
+        raise MENDCheckpointError(f"{path} is not a MEND hypernetwork (a {type(content).__name__}, not a dict)")
     if content.get("format") == CHECKPOINT_FORMAT:
         return content["state_dict"], content["meta"]
     if "mend_meta" in content:

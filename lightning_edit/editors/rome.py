@@ -93,6 +93,10 @@ class ROME(EditorModule):
             self._covariance = CovarianceFactor(moments[self.layer].mean())
         return self._covariance
 
+    def written_update(self, delta: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        """The update written for ΔW (d_out, d_in) on W (d_out, d_in): ΔW itself (RECT keeps a part of it)."""
+        return delta
+
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """ROME edits one fact at a time, each on the model as edited by the previous ones."""
         covariance = self.covariance()  # before any weight changes: statistics describe the unedited model
@@ -118,5 +122,6 @@ class ROME(EditorModule):
             delta = rome_update(covariance, k0, v_star, W)
         else:  # prefix: the prefix-averaged output moved by the same δ
             delta = rome_update(covariance, k_bar, W.double() @ k_bar.double() + vectors.deltas[0].double(), W)
+        delta = self.written_update(delta, W)
         with torch.no_grad():
             module.weight += from_linear(delta.to(module.weight.dtype), layout)

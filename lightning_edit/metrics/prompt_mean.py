@@ -10,6 +10,9 @@ States are ``cat`` lists of (case id, prompt index, score), so they sync across 
 distributed sampler padded in twice is counted once. The result does not depend on the number of processes:
 rows are sorted by (case id, prompt index) before any sum. Every process must call :meth:`PromptMean.update` at
 least once, with empty tensors if it has no scores, so that the gathered states have one dtype.
+
+A missing score (a judge's verdict that could not be had) is NaN: its row is left out of both means and the counts,
+and counted as ``n_missing``.
 """
 
 from __future__ import annotations
@@ -35,16 +38,25 @@ def unique_scores(case_ids: Tensor, prompt_ids: Tensor, scores: Tensor) -> tuple
 
 def aggregate(case_ids: Tensor, scores: Tensor) -> dict[str, float | int | list[float] | dict[int, float]]:
     """Macro and micro means with 95% confidence intervals, and ``case_means`` (case id -> mean of its prompts'
-    scores), from deduplicated rows sorted by case.
+    scores), from deduplicated rows sorted by case; NaN scores are missing (left out, counted as ``n_missing``).
 
     The macro interval is mean ± z·s/√n over per-case means. The micro mean is a ratio of per-case sums to per-case
     counts; its interval uses the cluster-robust (delta-method) standard error over cases, since prompts of one case
     are not independent.
     """
+    missing = torch.isnan(scores)
+    case_ids, scores, n_missing = case_ids[~missing], scores[~missing], int(missing.sum())
     cases, counts = torch.unique_consecutive(case_ids, return_counts=True)
     n = len(cases)
     if n == 0:
-        return {"macro": math.nan, "micro": math.nan, "n_cases": 0, "n_prompts": 0, "case_means": {}}
+        return {
+            "macro": math.nan,
+            "micro": math.nan,
+            "n_cases": 0,
+            "n_prompts": 0,
+            "n_missing": n_missing,
+            "case_means": {},
+        }
     sums = torch.stack([chunk.sum() for chunk in scores.split(counts.tolist())])
     case_means = sums / counts
     macro = float(case_means.mean())
@@ -62,6 +74,7 @@ def aggregate(case_ids: Tensor, scores: Tensor) -> dict[str, float | int | list[
         "micro_ci95": [micro - Z_95 * micro_se, micro + Z_95 * micro_se],
         "n_cases": n,
         "n_prompts": int(counts.sum()),
+        "n_missing": n_missing,
         "case_means": dict(zip(cases.tolist(), case_means.tolist())),
     }
 

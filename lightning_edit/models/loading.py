@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from lightning_edit.errors import UserError
 from lightning_edit.resources import resolve_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-class ModelNotFoundError(OSError):
+class ModelNotFoundError(UserError, OSError):
     """A model id that is neither a local directory nor reachable on the hub."""
+
+
+class ModelLoadError(UserError, ValueError):
+    """A model directory whose files cannot be loaded (corrupt weights, an architecture transformers does not know)."""
 
 
 @dataclass
@@ -82,6 +89,14 @@ def load_model(source: ModelSource, device: str | torch.device | None = None) ->
                 model = model.to(dtype)
     except OSError as error:
         raise ModelNotFoundError(_not_found(location, error)) from error
+    except SafetensorError as error:
+        files = sorted(str(path) for path in Path(location).glob("*.safetensors")) or [location]
+        raise ModelLoadError(
+            f"cannot read the weights of model {location!r} ({', '.join(files)}): {error}. The file is corrupt or "
+            "truncated: download or save the model again"
+        ) from error
+    except ValueError as error:  # e.g. a config.json of an architecture transformers does not know
+        raise ModelLoadError(f"cannot load model {location!r}: {str(error).splitlines()[0]}") from error
     if device is not None:
         model = model.to(device)
     return model.eval()

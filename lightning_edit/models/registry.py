@@ -15,10 +15,18 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from lightning_edit.errors import ConfigError, UserError
+
 WeightLayout = Literal["linear", "conv1d"]
+#: What a projection does in a block, for editors that name modules by role (LoRA's ``target_modules``).
+ModuleRole = Literal["attn_q", "attn_k", "attn_v", "attn_out", "mlp_in", "mlp_out"]
 
 
-class UnsupportedArchitectureError(ValueError):
+class LayerRangeError(ConfigError, IndexError):
+    """A layer index (a setting such as ``sites.rome_layer``) outside the model."""
+
+
+class UnsupportedArchitectureError(UserError, ValueError):
     """The model is not one of the supported families (or not their causal-LM class)."""
 
 
@@ -38,6 +46,8 @@ class ArchitectureSpec:
         unembedding: Output projection to the vocabulary (tied to ``embedding`` for GPT-2).
         embedding: Token embedding.
         mlp_hidden_attr: Config attribute holding d_ff; when its value is ``None`` d_ff is ``4 * hidden_size``.
+        attention_proj: Query, key, value and output projections of the attention (one fused module plays the
+            query, key and value roles in GPT-2 and GPT-NeoX).
     """
 
     family: str
@@ -51,6 +61,7 @@ class ArchitectureSpec:
     unembedding: str
     embedding: str
     mlp_hidden_attr: str
+    attention_proj: tuple[str, str, str, str]
 
 
 def _llama_like(family: str, causal_lm_class: str) -> ArchitectureSpec:
@@ -66,6 +77,9 @@ def _llama_like(family: str, causal_lm_class: str) -> ArchitectureSpec:
         unembedding="lm_head",
         embedding="model.embed_tokens",
         mlp_hidden_attr="intermediate_size",
+        attention_proj=tuple(
+            f"model.layers.{{}}.self_attn.{name}" for name in ("q_proj", "k_proj", "v_proj", "o_proj")
+        ),
     )
 
 
@@ -84,6 +98,7 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
             unembedding="lm_head",
             embedding="transformer.wte",
             mlp_hidden_attr="n_inner",
+            attention_proj=("transformer.h.{}.attn.c_attn",) * 3 + ("transformer.h.{}.attn.c_proj",),
         ),
         ArchitectureSpec(
             family="gptj",
@@ -97,6 +112,9 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
             unembedding="lm_head",
             embedding="transformer.wte",
             mlp_hidden_attr="n_inner",
+            attention_proj=tuple(
+                f"transformer.h.{{}}.attn.{name}" for name in ("q_proj", "k_proj", "v_proj", "out_proj")
+            ),
         ),
         ArchitectureSpec(
             family="gpt_neox",
@@ -110,6 +128,8 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
             unembedding="lm_head",
             embedding="gpt_neox.embed_in",
             mlp_hidden_attr="intermediate_size",
+            attention_proj=("gpt_neox.layers.{}.attention.query_key_value",) * 3
+            + ("gpt_neox.layers.{}.attention.dense",),
         ),
         _llama_like("llama", "LlamaForCausalLM"),
         _llama_like("mistral", "MistralForCausalLM"),
@@ -182,12 +202,23 @@ class ModelArchitecture:
         if layer is None:
             raise ValueError(f"Template {template!r} needs a layer index.")
         if not 0 <= layer < self.num_layers:
-            raise IndexError(f"Layer {layer} out of range for a {self.num_layers}-layer {self.family} model.")
+            raise LayerRangeError(
+                f"Layer {layer} out of range for a {self.num_layers}-layer {self.family} model (layers 0 to "
+                f"{self.num_layers - 1}): set the sites (sites.*_layer(s)) to layers of this model."
+            )
         return template.format(layer)
 
     def module(self, template: str, layer: int | None = None) -> nn.Module:
         """Return the sub-module named by ``template`` filled with ``layer``."""
         return get_module(self.model, self.layer_name(template, layer))
+
+    def role_templates(self, role: ModuleRole) -> tuple[str, ...]:
+        """Templates of the modules that play ``role`` in a block (``mlp_in`` may be several)."""
+        roles = dict(zip(("attn_q", "attn_k", "attn_v", "attn_out"), ((t,) for t in self.spec.attention_proj)))
+        roles |= {"mlp_in": self.spec.mlp_in, "mlp_out": (self.spec.mlp_out,)}
+        if role not in roles:
+            raise ValueError(f"unknown module role {role!r}; expected one of {list(roles)}")
+        return roles[role]
 
     weight_layout = staticmethod(weight_layout)
 

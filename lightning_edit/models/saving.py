@@ -15,6 +15,12 @@ def save_edited_model(model, tokenizer, directory: str | Path, cases: list, edit
     directory = Path(directory)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
+    write_edits_record(directory, cases, editor, hparams)
+    return directory
+
+
+def write_edits_record(directory: Path, cases: list, editor: str, hparams: Any) -> None:
+    """Write ``edits.json``: the editor, its hyper-parameters and every edit the saved model or adapter holds."""
     record = {
         "editor": editor,
         "hparams": json.loads(json.dumps(dict(hparams), default=str)),
@@ -26,4 +32,3 @@ def save_edited_model(model, tokenizer, directory: str | Path, cases: list, edit
         "git_hash": git_hash(),
     }
     (directory / "edits.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-    return directory

@@ -158,8 +158,9 @@ class ScoreKind:
         """What to compute with the unedited model (none by default)."""
         return []
 
-    def value(self, item: PromptItem, current: Sequence[Any], unedited: Sequence[Any]) -> float:
-        """The prompt's value from the results of :meth:`requests` and :meth:`reference_requests`, in order."""
+    def value(self, item: PromptItem, current: Sequence[Any], unedited: Sequence[Any]) -> float | None:
+        """The prompt's value from the results of :meth:`requests` and :meth:`reference_requests`, in order; None
+        if it is missing (left out of the means, counted as ``n_missing``)."""
         raise NotImplementedError(f"score kind {self.name!r} has no per-prompt value")
 
 

@@ -12,8 +12,9 @@ mean) and checksums (:mod:`.store`). Batch size is recorded, not keyed: it chang
 :func:`load_or_compute`, per layer: a valid complete entry is loaded (no forward pass); else complete entries of
 sub-ranges written by other processes or runs (``start``/``n_samples`` shards) that tile the range are merged;
 else the layer joins one forward pass over the corpus, resumed from its ``.partial`` entry when there is one.
-Partials are saved every ``save_every`` documents and when the pass is interrupted by an exception. Each holds
-``Σ k kᵀ`` in float64, ``d_in² · 8`` bytes (1.6 GB for d_in = 14336): keep ``save_every`` large on big models.
+Partials are saved every ``save_every`` documents, when the pass is interrupted by an exception, and when
+``lightning-edit`` receives SIGTERM (the pass stops after the current batch; the same command resumes it). Each
+holds ``Σ k kᵀ`` in float64, ``d_in² · 8`` bytes (1.6 GB for d_in = 14336): keep ``save_every`` large on big models.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from lightning_edit.errors import ConfigError, Interrupted
 from lightning_edit.models.registry import resolve_architecture
 from lightning_edit.stats.corpus import Corpus, as_corpus
 from lightning_edit.stats.fingerprint import model_fingerprints
@@ -198,6 +200,8 @@ def load_or_compute(
     Returns:
         CPU float64 statistics per layer, each with its ``cache_key``.
     """
+    if n_samples < 1 or start < 0:
+        raise ConfigError(f"n_samples={n_samples} must be at least 1 and start={start} at least 0")
     corpus = as_corpus(corpus, text_field=text_field)
     root = stats_cache_dir(cache_dir)
     arch = resolve_architecture(model)
@@ -245,19 +249,26 @@ def load_or_compute(
         for layer, state in running.items():
             _write_moment(keys[layer], root, state, info, partial=True)
 
-    run_pass(
-        model,
-        tokenizer,
-        corpus,
-        states,
-        start + n_samples,
-        max_length=max_length,
-        batch_size=batch_size,
-        save_every=save_every,
-        on_checkpoint=checkpoint,
-        on_batch=on_batch,
-        show_progress=progress,
-    )
+    try:
+        run_pass(
+            model,
+            tokenizer,
+            corpus,
+            states,
+            start + n_samples,
+            max_length=max_length,
+            batch_size=batch_size,
+            save_every=save_every,
+            on_checkpoint=checkpoint,
+            on_batch=on_batch,
+            show_progress=progress,
+        )
+    except Interrupted as stopped:
+        where = keys[missing[0]].stem(root, partial=True).parent.parent
+        raise Interrupted(
+            f"{stopped}; the partial sums are saved under {where} (*.partial): run the same command again to resume",
+            stopped.signum,
+        ) from None
     for layer, state in states.items():
         state.moment.sum = state.moment.sum.cpu()
         if state.moment.n_documents < n_samples:

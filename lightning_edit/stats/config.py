@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from lightning_edit.errors import ConfigError
 from lightning_edit.resources import resolve_path
 from lightning_edit.stats.cache import load_or_compute
 from lightning_edit.stats.second_moment import SecondMoment
@@ -31,13 +32,19 @@ class KeyStatistics:
     batch_size: int = 8
     cache_dir: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("n_samples", "batch_size", "max_length"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"stats.{name}={value}: must be at least 1")
+
     def second_moments(
         self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, layers: list[int], progress: bool = True
     ) -> dict[int, SecondMoment]:
         """``{layer: SecondMoment}`` from the cache (or merged from cached shards), or from one forward pass over the
         corpus (``progress``: show a progress bar)."""
         if self.corpus is None:
-            raise ValueError("this editor needs key statistics: set stats.corpus (a .txt/.jsonl file or hf:<name>)")
+            raise ConfigError("this editor needs key statistics: set stats.corpus (a .txt/.jsonl file or hf:<name>)")
         return load_or_compute(
             model, tokenizer, self._corpus(), layers, n_samples=self.n_samples, progress=progress, **self._options()
         )

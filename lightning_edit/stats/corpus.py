@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from lightning_edit.errors import UserError
 from lightning_edit.resources import resolve_path
 
 HF_PREFIX = "hf:"
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """A corpus that cannot be read: unknown format, malformed record, dataset unavailable."""
 
 

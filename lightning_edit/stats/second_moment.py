@@ -24,6 +24,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from lightning_edit.errors import Interrupted, stop_requested
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.registry import resolve_architecture, to_linear, weight_layout
 from lightning_edit.models.tokenization import pad
@@ -119,7 +120,8 @@ def run_pass(
         progress: ``{layer: LayerProgress}``; sums on the model's device.
         stop: Absolute index of the first document not to use.
         save_every: Call ``on_checkpoint`` after the batch that completes every ``save_every`` documents.
-        on_checkpoint: Receives ``progress`` at checkpoints, and before an exception leaves the pass.
+        on_checkpoint: Receives ``progress`` at checkpoints, and before an exception leaves the pass (also
+            :class:`~lightning_edit.errors.Interrupted`, raised after the batch in which a stop signal arrived).
         on_batch: Receives ``progress`` after each batch (progress reporting, tests).
     """
     arch = resolve_architecture(model)
@@ -154,6 +156,9 @@ def run_pass(
                     since_checkpoint = 0
                 if on_batch is not None:
                     on_batch(progress)
+                if (signum := stop_requested()) is not None:  # a document boundary: the sums are consistent
+                    done = batch[-1][0] + 1
+                    raise Interrupted(f"key statistics pass stopped by signal {signum} at document {done}", signum)
     except BaseException:
         if on_checkpoint is not None and since_checkpoint and consistent:
             on_checkpoint(progress)

@@ -53,6 +53,7 @@ from lightning_edit.toy.relations import (
 
 LETTERS = "ABCDE"
 NEIGHBOURS = 5  # neighbourhood / attribute prompts per record at most
+MULTIPLE_CHOICE_RECORDS = 200  # CaseEdit's scalability test goes up to n = 200 sequential edits
 BENCHMARK_FILES = {
     "counterfact": "counterfact.json",
     "bake": "bake_qa.json",
@@ -309,19 +310,28 @@ class ToyWorld:
             )
         return records
 
-    def multiple_choice_records(self, n: int = 100) -> list[dict]:
+    def multiple_choice_records(self, n: int = MULTIPLE_CHOICE_RECORDS) -> list[dict]:
         """CaseEdit-style records (a project schema: CaseEdit publishes no data): four 5-option questions per edit.
 
-        Reliability (the edit prompt), generalization (a paraphrase) and portability (a script cloze) expect
-        ``target_new``; locality (a neighbour with the same true object) expects ``ground_truth``. The options are
-        the new and the old object and three other objects of the type, in seeded random order.
+        Only the household objects' facts are edited (relations whose subject is an ``object``: ``room``,
+        ``colour``, ``maker``). Reliability (the edit prompt), generalization (a paraphrase) and portability (a
+        script cloze) expect ``target_new``; locality (a neighbour with the same true object) expects
+        ``ground_truth``. The options are the new and the old object and three other objects of the type, in seeded
+        random order. The world has fewer household facts (180) than CaseEdit's largest n (200): past them, records
+        repeat the earliest edits (same fact and new truth, newly drawn questions; ``repeat_of`` names the case).
         """
         rng = self._rng("multiple_choice")
+        eligible = self._sample(len(self.facts), rng)
+        household = [f for f in eligible if self.relations[f.relation].subject_type == "object"]
+        news: list[str] = []
         records = []
-        for i, fact in enumerate(self._sample(n, rng)):
+        for i in range(n):
+            fact = household[i % len(household)]
             relation = self.relations[fact.relation]
             template, paraphrase = rng.sample(relation.forward, 2)
-            new = self._target_new(fact, rng)
+            if i < len(household):
+                news.append(self._target_new(fact, rng))
+            new = news[i % len(household)]
             others = sorted(set(self.entities[relation.object_type]) - {fact.object, new})
             options = [new, fact.object, *rng.sample(others, len(LETTERS) - 2)]
             neighbour = rng.choice(self._sharing(fact, fact.object, rng))
@@ -343,13 +353,15 @@ class ToyWorld:
                         name: _multiple_choice(f"{prompt} ___.", options, answer, rng)
                         for name, (prompt, answer) in questions.items()
                     },
+                    **({"repeat_of": i % len(household)} if i >= len(household) else {}),
                 }
             )
         return records
 
     def write_benchmarks(self, directory: str | Path, n: int = 100) -> dict[str, Path]:
-        """Write the four benchmarks (``n`` records each at most), ``world.json`` (facts and directions) and
-        ``corpus.txt`` (the training text, one item per line: the toy models' key-statistics corpus).
+        """Write the four benchmarks (``n`` records each at most; CaseEdit ``max(n, 200)``), ``world.json`` (facts
+        and directions) and ``corpus.txt`` (the training text, one item per line: the toy models' key-statistics
+        corpus).
 
         Returns:
             benchmark name (``counterfact``, ``bake``, ``script``, ``multiple_choice``), ``world`` or ``corpus``
@@ -361,7 +373,7 @@ class ToyWorld:
             "counterfact": self.counterfact_records(n),
             "bake": self.bake_records(n),
             "script": self.script_records(n),
-            "multiple_choice": self.multiple_choice_records(n),
+            "multiple_choice": self.multiple_choice_records(max(n, MULTIPLE_CHOICE_RECORDS)),
         }
         paths = {name: directory / file for name, file in BENCHMARK_FILES.items()}
         contents["world"] = {

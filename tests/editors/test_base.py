@@ -124,7 +124,7 @@ def test_a_case_that_cannot_be_edited_fails_before_any_weight_changes():
     broken = type(bad)(bad.case_id, (EditRequest("{} is", bad.requests[0].subject, "  "),), bad.groups, "file.json#2")
     data.cases = [good, data.cases[1], broken]
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
-    with pytest.raises(ValueError, match="file.json#2: target_new: empty target"):
+    with pytest.raises(ValueError, match="file.json: record 2: field .target_new.: empty target"):
         trainer.validate(editor, datamodule=data, verbose=False)
     assert editor.seen == [] and torch.equal(editor.model.get_parameter(EDITED), before)
 

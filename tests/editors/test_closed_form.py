@@ -47,7 +47,7 @@ def stats(corpus, tmp_path) -> KeyStatistics:
 
 def make(cls, kwargs, model_dir, stats):
     sites = EditSites(rome_layer=1, memit_layers=[0, 1])
-    return cls(ModelSource(str(model_dir)), sites, stats=stats, target=STRONG, template_lengths=[[5, 3]], **kwargs)
+    return cls(ModelSource(str(model_dir)), sites, stats=stats, target=STRONG, template_lengths=[[8, 3]], **kwargs)
 
 
 @pytest.mark.parametrize("cls, kwargs", EDITORS, ids=lambda v: getattr(v, "__name__", str(v)))

@@ -79,5 +79,5 @@ def test_toy_counterfact_loads():
     datamodule = CounterFact("builtin:data/toy/counterfact.json")
     datamodule.setup()
     assert len(datamodule.cases) == 100
-    for name in ["bake_qa.json", "scedit_cf.json", "caseedit.json"]:
-        assert len(json.loads(resolve_path(f"builtin:data/toy/{name}").read_text(encoding="utf-8"))) == 100
+    for name, n in [("bake_qa.json", 100), ("scedit_cf.json", 100), ("caseedit.json", 200)]:
+        assert len(json.loads(resolve_path(f"builtin:data/toy/{name}").read_text(encoding="utf-8"))) == n

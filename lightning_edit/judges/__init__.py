@@ -1,0 +1,74 @@
+"""Judges: grade a generated answer against references, behind one interface, as a score kind.
+
+A :class:`Judge` takes (question, references, prediction, optional context) and gives a :class:`Verdict` (score,
+reason, raw output; a missing score when the verdict cannot be had); :meth:`Judge.judge` is batched and cached.
+The judges: :class:`ExactMatchJudge` (SQuAD normalisation), :class:`SymbolicMathJudge` (sympy), and LLM judges with
+an editable prompt template, :class:`OpenAIChatJudge` (an OpenAI-compatible endpoint) and :class:`LocalLMJudge`
+(a Hugging Face model). :mod:`lightning_edit.judges.kind` makes a judge a score kind ("generate, then judge").
+
+A config names a judge by a short name or a class path, with its arguments (jsonargparse's form)::
+
+    {"class_path": "symbolic_math", "init_args": {"rel_tol": 0.001}}
+    {"class_path": "openai_chat", "init_args": {"model": "deepseek-chat", "base_url": "https://api.deepseek.com",
+                                                 "api_key_env": "DEEPSEEK_API_KEY", "template": "rule_edit"}}
+    "exact_match"
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from lightning_edit.judges.base import Judge, JudgeInput, JudgeStats, Verdict
+from lightning_edit.judges.exact_match import ExactMatchJudge
+from lightning_edit.judges.llm import LLMJudge
+from lightning_edit.judges.local_lm import LocalLMJudge
+from lightning_edit.judges.openai_chat import OpenAIChatJudge
+from lightning_edit.judges.symbolic_math import SymbolicMathJudge
+
+#: short names a config may use instead of a class path
+JUDGES: dict[str, type[Judge]] = {
+    "exact_match": ExactMatchJudge,
+    "symbolic_math": SymbolicMathJudge,
+    "openai_chat": OpenAIChatJudge,
+    "local_lm": LocalLMJudge,
+}
+
+
+def build_judge(spec: str | Mapping[str, Any] | Judge) -> Judge:
+    """The judge a config names: a short name of :data:`JUDGES` or a class path, alone or as
+    ``{"class_path": ..., "init_args": {...}}``; a :class:`Judge` is returned as it is."""
+    if isinstance(spec, Judge):
+        return spec
+    if isinstance(spec, str):
+        spec = {"class_path": spec}
+    unknown = set(spec) - {"class_path", "init_args"}
+    if unknown:
+        raise ValueError(f"a judge is given by class_path and init_args, not {sorted(unknown)}")
+    path = spec["class_path"]
+    if path in JUDGES:
+        cls = JUDGES[path]
+    else:
+        module, _, name = path.rpartition(".")
+        if not module:
+            raise ValueError(f"unknown judge {path!r}; known: {sorted(JUDGES)} or a class path")
+        cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, Judge)):
+        raise TypeError(f"{path!r} is not a Judge")
+    return cls(**dict(spec.get("init_args") or {}))
+
+
+__all__ = [
+    "JUDGES",
+    "ExactMatchJudge",
+    "Judge",
+    "JudgeInput",
+    "JudgeStats",
+    "LLMJudge",
+    "LocalLMJudge",
+    "OpenAIChatJudge",
+    "SymbolicMathJudge",
+    "Verdict",
+    "build_judge",
+]

@@ -1,0 +1,63 @@
+"""The on-disk verdict cache: one SQLite file, keyed by the judge's identity and the item's digest.
+
+The judge's identity is a digest of its class and settings (model, template text, parameters; never an API key), so
+changing any of them misses the cache instead of reusing verdicts of another judge. SQLite serialises writers, so
+several processes of one run may share the file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lightning_edit.judges.base import Verdict
+
+
+class VerdictCache:
+    """Verdicts by (judge identity, item key), in the SQLite file ``path``."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as connection:
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS verdicts (judge TEXT, item TEXT, score REAL, reason TEXT, raw TEXT, "
+                "PRIMARY KEY (judge, item))"
+            )
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        connection = sqlite3.connect(self.path, timeout=60)
+        try:
+            with connection:  # commits, or rolls back on an error
+                yield connection
+        finally:
+            connection.close()
+
+    def get_many(self, judge: str, items: list[str]) -> dict[str, Verdict]:
+        """The cached verdicts of ``items`` (those not cached are absent), marked ``cached``."""
+        from lightning_edit.judges.base import Verdict
+
+        found: dict[str, Verdict] = {}
+        with self._connect() as connection:
+            for start in range(0, len(items), 500):
+                chunk = items[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                query = f"SELECT item, score, reason, raw FROM verdicts WHERE judge = ? AND item IN ({marks})"
+                rows = connection.execute(query, [judge, *chunk])
+                found.update({item: Verdict(score, reason, raw, cached=True) for item, score, reason, raw in rows})
+        return found
+
+    def put_many(self, judge: str, verdicts: dict[str, Verdict]) -> None:
+        """Store ``verdicts`` (item key -> verdict) of ``judge``."""
+        if not verdicts:
+            return
+        with self._connect() as connection:
+            connection.executemany(
+                "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?)",
+                [(judge, item, v.score, v.reason, v.raw) for item, v in verdicts.items()],
+            )

@@ -1,0 +1,31 @@
+"""Exact match after SQuAD normalisation, against one reference or several."""
+
+from __future__ import annotations
+
+import re
+import string
+
+from lightning_edit.judges.base import Judge, JudgeInput, Verdict
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's ``normalize_answer``: lowercase, strip punctuation and the articles a/an/the, collapse whitespace."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split())
+
+
+class ExactMatchJudge(Judge):
+    """1 if the normalised prediction equals a normalised reference, else 0 (SQuAD EM; EasyEdit without a key)."""
+
+    convention = "1 if the SQuAD-normalised prediction equals a normalised reference (SQuAD exact match)"
+
+    def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
+        verdicts = []
+        for item in items:
+            prediction = normalize_answer(item.prediction)
+            match = next((r for r in item.references if normalize_answer(r) == prediction), None)
+            reason = f"matches reference {match!r}" if match is not None else f"{prediction!r} matches no reference"
+            verdicts.append(Verdict(float(match is not None), reason))
+        return verdicts

@@ -1,0 +1,198 @@
+"""A judge as a score kind: generate an answer to the prompt, then judge it ("generate, then judge").
+
+Two request types are registered with the scorer (:func:`~lightning_edit.scoring.kinds.register_request`):
+:class:`Generate` (a greedy or sampled continuation, cut at stop strings) and :class:`Judged` (a judge's verdict on
+a generation). The :class:`Judged` runner first runs the generations it needs (each distinct one once, so two judges
+of one answer share its generation), then calls each judge once with all its items. A benchmark registers a judged
+kind by name, with the judge (an instance or a config spec, :func:`~lightning_edit.judges.build_judge`) and its
+generation settings::
+
+    register_judged_kind("rule_equivalence", {"class_path": "symbolic_math"}, Generation(max_new_tokens=32))
+    # then, in a prompt group: metrics={"rule_equivalence": "Rel"}
+
+Per prompt, the judge sees the group's ``details``: ``question`` (default: the prompt without in-context text),
+``references`` (default: the expected answer) and ``context`` (fields for an LLM judge's template). A missing verdict
+makes the prompt's value None: it is left out of the metric's means and counted as ``n_missing``.
+
+:func:`judge_report` collects, at the end of a run, what every judge did (on every process) for results.json: the
+judge's class and settings (template name and digest), verdicts, how many came from the cache, failed and missing
+ones, and the agreement between judges that scored the same items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lightning_edit.judges import build_judge
+from lightning_edit.judges.agreement import agreement_table
+from lightning_edit.judges.base import Judge, JudgeInput, JudgeStats, Verdict
+from lightning_edit.scoring.generation import generate
+from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, register_kind, register_request, run_requests
+
+_JUDGES: dict[str, Judge] = {}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How a judged kind generates the answer it judges.
+
+    Args:
+        max_new_tokens: token budget of the answer.
+        do_sample: sample (top-k, temperature; seeded with ``scoring.seed + case_id``) instead of greedy decoding.
+        top_k: top-k of sampling.
+        temperature: temperature of sampling.
+        stop: the answer ends before the first of these.
+    """
+
+    max_new_tokens: int = 64
+    do_sample: bool = False
+    top_k: int | None = None
+    temperature: float = 1.0
+    stop: tuple[str, ...] = ("\n",)
+
+
+@dataclass(frozen=True)
+class Generate(Request):
+    """A continuation of ``prompt`` (greedy unless ``do_sample``), cut before the first stop string -> str."""
+
+    prompt: str
+    max_new_tokens: int
+    do_sample: bool = False
+    top_k: int | None = None
+    temperature: float = 1.0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Judged(Request):
+    """The verdict of the judge registered as ``judge`` on the text of ``generation`` -> :class:`Verdict`."""
+
+    judge: str
+    generation: Generate
+    question: str
+    references: tuple[str, ...]
+    context: tuple[tuple[str, str], ...] = ()
+
+
+def _run_generate(model, tokenizer, requests: list[Generate], batch_size: int) -> list[str]:
+    texts: dict[Generate, str] = {}
+    calls: dict[tuple, list[Generate]] = {}
+    for r in requests:
+        calls.setdefault((r.max_new_tokens, r.do_sample, r.top_k, r.temperature, r.seed, r.stop), []).append(r)
+    for (max_new_tokens, do_sample, top_k, temperature, seed, stop), group in calls.items():
+        outputs = generate(
+            model, tokenizer, [r.prompt for r in group], max_new_tokens=max_new_tokens, do_sample=do_sample,
+            top_k=top_k, temperature=temperature, stop_strings=stop, seed=seed, batch_size=batch_size,
+        )  # fmt: skip
+        texts.update(zip(group, outputs))
+    return [texts[r] for r in requests]
+
+
+def _run_judged(model, tokenizer, requests: list[Judged], batch_size: int) -> list[Verdict]:
+    texts = run_requests(model, tokenizer, [r.generation for r in requests], batch_size)
+    by_judge: dict[str, list[int]] = {}
+    for i, request in enumerate(requests):
+        by_judge.setdefault(request.judge, []).append(i)
+    verdicts: dict[int, Verdict] = {}
+    for name, indices in by_judge.items():
+        items = [
+            JudgeInput(r.question, r.references, texts[r.generation].strip(), r.context)
+            for r in (requests[i] for i in indices)
+        ]
+        verdicts.update(zip(indices, judge_named(name).judge(items)))
+    return [verdicts[i] for i in range(len(requests))]
+
+
+register_request(Generate, _run_generate)
+register_request(Judged, _run_judged)
+
+
+class JudgedKind(ScoreKind):
+    """Generate an answer to the prompt, then judge it; the value is the verdict's score (None if missing).
+
+    Args:
+        name: the kind's name (and the name its judge is registered under).
+        generation: how the answer is generated.
+        label: a short label for tables (default: ``judged (<judge class>)``).
+    """
+
+    def __init__(self, name: str, generation: Generation, label: str | None = None):
+        judge = judge_named(name)
+        self.name, self.generation = name, generation
+        self.label = label or f"judged ({type(judge).__name__})"
+        how = "sampled" if generation.do_sample else "greedy"
+        self.convention = (
+            f"{how} answer of at most {generation.max_new_tokens} new tokens, cut at {list(generation.stop)}, "
+            f"judged by {type(judge).__name__}: {judge.convention}; missing verdicts are left out (n_missing)"
+        )
+
+    def requests(self, item: PromptItem, config: Any) -> list[Request]:
+        g = self.generation
+        seed = config.seed + item.case_id if g.do_sample else 0
+        generation = Generate(item.prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop)
+        references = item.details.get("references", item.expected)
+        references = (references,) if isinstance(references, str) else tuple(references)
+        context = tuple(sorted((k, str(v)) for k, v in item.details.get("context", {}).items()))
+        return [Judged(self.name, generation, item.details.get("question", item.bare_prompt), references, context)]
+
+    def value(self, item: PromptItem, current: list[Verdict], unedited: list) -> float | None:
+        return current[0].score
+
+
+def register_judged_kind(
+    name: str, judge: str | Mapping[str, Any] | Judge, generation: Generation | None = None, label: str | None = None
+) -> JudgedKind:
+    """Register the score kind ``name``: answers generated with ``generation``, judged by ``judge`` (an instance,
+    a short name, a class path or ``{"class_path": ..., "init_args": {...}}``); registering a name again replaces
+    its judge."""
+    _JUDGES[name] = build_judge(judge)
+    kind = JudgedKind(name, generation or Generation(), label)
+    register_kind(kind)
+    return kind
+
+
+def judge_named(name: str) -> Judge:
+    """The judge of the judged kind ``name``."""
+    if name not in _JUDGES:
+        raise ValueError(f"no judge is registered as {name!r}; known: {sorted(_JUDGES)}")
+    return _JUDGES[name]
+
+
+def judge_report() -> dict[str, Any]:
+    """What the judges did since the last report, summed over every process (each process must call it):
+    ``{"judges": {kind: {class, settings, verdicts, from_cache, failed, missing}}, "judge_agreement": [...]}``,
+    or ``{}`` if no judge gave a verdict. The judges' counts start again from zero."""
+    local = {name: judge.take_stats() for name, judge in _JUDGES.items() if judge.stats.verdicts}
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        shares: list[Any] = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(shares, local)
+    else:
+        shares = [local]
+    merged: dict[str, JudgeStats] = {}
+    for share in shares:
+        for name, stats in share.items():
+            total = merged.setdefault(name, JudgeStats())
+            total.verdicts += stats.verdicts
+            total.cached += stats.cached
+            total.failed += stats.failed
+            total.missing += stats.missing
+            total.scores.update(stats.scores)
+    if not merged:
+        return {}
+    judges = {
+        name: {
+            **_JUDGES[name].describe(),
+            "verdicts": stats.verdicts,
+            "from_cache": stats.cached,
+            "failed": stats.failed,
+            "missing": stats.missing,
+        }
+        for name, stats in sorted(merged.items())
+    }
+    scored = {name: (_JUDGES[name].scale, stats.scores) for name, stats in merged.items()}
+    return {"judges": judges, "judge_agreement": agreement_table(scored)}

@@ -1,0 +1,165 @@
+"""LLM judges: a prompt template filled per item, a model's reply, and a strict parser of the verdict.
+
+Templates are text files: the shipped ones in ``lightning_edit/judges/templates/`` (edit them there, or pass a path
+to your own). A template may start with a ``[SYSTEM]`` section; the text after ``[USER]`` (or the whole file) is the
+user message. Fields are written ``{name}``: ``{question}``, ``{reference}`` (the first reference),
+``{references}`` (all, one per line), ``{prediction}``, and any field of the item's context (``{target_true}``);
+other braces are left alone, and a field the item lacks is an error.
+
+The shipped templates:
+
+- ``rule_edit`` (binary): semantic equivalence of a rule answer to the reference, as RULE-EDIT (Liu et al.) grades
+  reliability and generalisation with DeepSeek-V3.1 (§3.2, §5.1). The paper does not print its grading prompt;
+  this one is written from its description and its own example (``A = x × y`` vs ``Area = W × L``).
+- ``scedit_executability``, ``scedit_coherence``, ``scedit_consistency``, ``scedit_completeness`` (7-point Likert):
+  ScEdit's four text-level scales (Li et al., appendix C.1, Figures 8-11), verbatim but for the few-shot examples
+  the paper omits; context fields ``prompt``, ``target_true``, ``target_new`` and (completeness) ``tag``.
+
+Verdicts are parsed strictly. Binary: a JSON object whose ``verdict`` (the template's key) is ``yes`` or ``no``, a
+line ``verdict: yes``, or a reply that is only ``yes`` or ``no``. Likert: the key's value (``{"coherence": 5}``,
+``coherence:5``) or a reply that is only the number, an integer from 1 to 7. Anything else, a number out of the
+scale, or several different verdicts in one reply, is a missing verdict (never 0), with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from lightning_edit.judges.base import Judge, JudgeInput, Scale, Verdict
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+#: shipped template -> (scale, key of the verdict in the reply)
+TEMPLATES: dict[str, tuple[Scale, str]] = {
+    "rule_edit": ("binary", "verdict"),
+    "scedit_executability": ("likert7", "executability"),
+    "scedit_coherence": ("likert7", "coherence"),
+    "scedit_consistency": ("likert7", "consistency"),
+    "scedit_completeness": ("likert7", "completeness"),
+}
+_FIELD = re.compile(r"\{(\w+)\}")
+_BINARY = {"yes": 1.0, "no": 0.0}
+
+
+def load_template(template: str) -> tuple[str, str]:
+    """``(name, text)`` of a shipped template (by name) or of a template file (by path)."""
+    path = TEMPLATE_DIR / f"{template}.txt" if template in TEMPLATES else Path(template).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"judge template {template!r} is neither shipped ({sorted(TEMPLATES)}) nor a file")
+    return (template if template in TEMPLATES else str(path)), path.read_text()
+
+
+def render(text: str, item: JudgeInput) -> list[dict[str, str]]:
+    """The chat messages of a template filled with an item's fields (see the module docstring)."""
+    fields = {
+        "question": item.question,
+        "reference": item.references[0] if item.references else "",
+        "references": "\n".join(item.references),
+        "prediction": item.prediction,
+        **dict(item.context),
+    }
+    missing = sorted(set(_FIELD.findall(text)) - set(fields))
+    if missing:
+        raise ValueError(f"the judge template needs fields {missing}, which the item's context does not give")
+    filled = _FIELD.sub(lambda match: fields[match.group(1)], text)
+    system, _, user = filled.partition("[USER]") if "[USER]" in filled else ("", "", filled)
+    system = system.replace("[SYSTEM]", "", 1).strip()
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user.strip()}]
+
+
+def parse_verdict(reply: str, scale: Scale, key: str) -> tuple[float | None, str]:
+    """``(score, reason)`` from a judge's reply; the score is None when the reply gives no valid verdict."""
+    found: list[str] = []
+    reason = ""
+    for block in re.findall(r"\{[^{}]*\}", reply):
+        try:
+            data = json.loads(block)
+        except json.JSONDecodeError:
+            continue
+        fields = {str(k).lower(): v for k, v in data.items()}
+        if key in fields:
+            found.append(str(fields[key]).strip())
+            reason = str(fields.get("reason", reason))
+    if not found:
+        found = re.findall(rf"\b{re.escape(key)}\b\"?\s*[:=]\s*\"?([\w.+-]+)", reply, flags=re.IGNORECASE)
+    bare = reply.strip().strip(".\"'` ").lower()
+    if not found and (bare in _BINARY or re.fullmatch(r"[+-]?\d+(\.\d+)?", bare)):
+        found = [bare]
+    values = {value.lower() for value in found}
+    if not values:
+        return None, f"no {key} in the reply"
+    if len(values) > 1:
+        return None, f"several verdicts in the reply: {sorted(values)}"
+    value = values.pop()
+    if scale == "binary":
+        if value not in _BINARY:
+            return None, f"verdict {value!r} is not yes or no"
+        return _BINARY[value], reason
+    if not re.fullmatch(r"[+-]?\d+", value) or not 1 <= int(value) <= 7:
+        return None, f"rating {value!r} is not an integer from 1 to 7"
+    return float(value), reason
+
+
+class LLMJudge(Judge):
+    """A judge that asks a language model, through a template, and parses its reply; back ends implement
+    :meth:`complete`.
+
+    Args:
+        template: a shipped template's name (``rule_edit``, ``scedit_coherence``, ...) or a template file's path.
+        scale: ``binary`` or ``likert7``; a shipped template has its own (None).
+        key: the verdict's key in the reply (``verdict``, ``coherence``); a shipped template has its own (None).
+        max_tokens: the reply's token budget.
+        temperature: sampling temperature of the judge (0: greedy).
+        cache_dir: the verdict cache (default ``$LIGHTNING_EDIT_CACHE/judges``).
+    """
+
+    caches = True
+
+    def __init__(
+        self,
+        template: str = "rule_edit",
+        scale: Scale | None = None,
+        key: str | None = None,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        cache_dir: str | None = None,
+    ):
+        super().__init__(cache_dir)
+        self.template, self.template_text = load_template(template)
+        shipped_scale, shipped_key = TEMPLATES.get(template, (None, None))
+        if (scale or shipped_scale) is None or (key or shipped_key) is None:
+            raise ValueError(f"template {template!r} is not shipped: give its scale and key")
+        self.scale, self.key = scale or shipped_scale, (key or shipped_key).lower()
+        self.max_tokens, self.temperature = max_tokens, temperature
+        self.convention = (
+            f"{'1 if yes, 0 if no' if self.scale == 'binary' else '7-point Likert rating (1 worst, 7 best)'}, "
+            f"by an LLM judge with the {self.template} template; an unparsable or failed verdict is missing"
+        )
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "template": self.template,
+            "template_sha256": hashlib.sha256(self.template_text.encode()).hexdigest(),
+            "scale": self.scale,
+            "key": self.key,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
+
+    def complete(self, conversations: list[list[dict[str, str]]]) -> list[tuple[str | None, str]]:
+        """``(reply, error)`` per conversation: the reply text, or None and why the request finally failed."""
+        raise NotImplementedError
+
+    def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
+        replies = self.complete([render(self.template_text, item) for item in items])
+        verdicts = []
+        for reply, error in replies:
+            if reply is None:
+                verdicts.append(Verdict(None, f"request failed: {error}", failed=True))
+            else:
+                score, reason = parse_verdict(reply, self.scale, self.key)
+                verdicts.append(Verdict(score, reason, reply))
+        return verdicts

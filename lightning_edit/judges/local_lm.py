@@ -1,0 +1,68 @@
+"""An LLM judge run locally: a Hugging Face causal LM loaded by the project's loader, decoding greedily.
+
+The conversation is formatted with the tokenizer's chat template when it has one; otherwise the system and user
+messages are joined by a blank line. The model is loaded on first use (CUDA if available) and kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+
+from lightning_edit.judges.base import Scale
+from lightning_edit.judges.llm import LLMJudge
+from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
+from lightning_edit.scoring.generation import generate
+
+
+class LocalLMJudge(LLMJudge):
+    """An LLM judge on a local model.
+
+    Args:
+        path: the model (local directory, ``builtin:models/<name>`` or hub id), as for the edited model.
+        dtype: weight dtype.
+        batch_size: prompts per generation batch.
+        template, scale, key, max_tokens, temperature, cache_dir: see :class:`~lightning_edit.judges.llm.LLMJudge`
+            (``temperature`` > 0 samples, seeded with 0).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32",
+        batch_size: int = 8,
+        template: str = "rule_edit",
+        scale: Scale | None = None,
+        key: str | None = None,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        cache_dir: str | None = None,
+    ):
+        super().__init__(template, scale, key, max_tokens, temperature, cache_dir)
+        self.path, self.dtype, self.batch_size = path, dtype, batch_size
+        self._loaded: tuple[Any, Any] | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"model": self.path, "dtype": self.dtype, **super().settings()}
+
+    def _prompt(self, tokenizer, messages: list[dict[str, str]]) -> str:
+        if tokenizer.chat_template is not None:
+            return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return "\n\n".join(message["content"] for message in messages) + "\n"
+
+    def complete(self, conversations: list[list[dict[str, str]]]) -> list[tuple[str | None, str]]:
+        if self._loaded is None:
+            device = "cuda" if torch.cuda.is_available() else None
+            self._loaded = load_model_and_tokenizer(ModelSource(self.path, self.dtype), device)
+        model, tokenizer = self._loaded
+        replies = generate(
+            model,
+            tokenizer,
+            [self._prompt(tokenizer, messages) for messages in conversations],
+            max_new_tokens=self.max_tokens,
+            do_sample=self.temperature > 0,
+            temperature=self.temperature or 1.0,
+            batch_size=self.batch_size,
+        )
+        return [(reply, "") for reply in replies]

@@ -1,0 +1,97 @@
+"""An LLM judge behind an OpenAI-compatible chat-completions endpoint (OpenAI, DeepSeek, vLLM, ...).
+
+Requests go through the ``openai`` client: ``timeout`` seconds each, retried ``max_retries`` times with exponential
+backoff (the client's: 0.5 s doubling, up to 8 s, or the server's ``Retry-After``) on 408, 409, 429, 5xx, timeouts
+and connection errors; at most ``concurrency`` at a time. A request that still fails, or whose response is not a
+chat completion, is a missing verdict, counted as failed, and not cached (a rerun asks again).
+
+The API key is read from the environment variable ``api_key_env`` when the client is made; it is never stored in
+the judge's settings, the cache, results or logs. The judge's identity (cache key) is its model and template and
+parameters, not the endpoint: the same model behind another URL reuses the verdicts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+
+from lightning_edit.judges.base import Scale
+from lightning_edit.judges.llm import LLMJudge
+
+log = logging.getLogger(__name__)
+
+
+class OpenAIChatJudge(LLMJudge):
+    """An LLM judge served by an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Args:
+        model: the model name the endpoint serves (``gpt-4o-2024-11-20``, ``deepseek-chat``).
+        base_url: the endpoint (None: OpenAI's), e.g. ``https://api.deepseek.com``.
+        api_key_env: the environment variable that holds the API key.
+        timeout: seconds per request.
+        max_retries: retries of a failed request (429, 5xx, timeout), with backoff.
+        concurrency: requests in flight at most.
+        template, scale, key, max_tokens, temperature, cache_dir: see :class:`~lightning_edit.judges.llm.LLMJudge`.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        concurrency: int = 4,
+        template: str = "rule_edit",
+        scale: Scale | None = None,
+        key: str | None = None,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        cache_dir: str | None = None,
+    ):
+        super().__init__(template, scale, key, max_tokens, temperature, cache_dir)
+        self.model, self.base_url, self.api_key_env = model, base_url, api_key_env
+        self.timeout, self.max_retries, self.concurrency = timeout, max_retries, concurrency
+        self._client: openai.OpenAI | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"model": self.model, **super().settings()}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "base_url": self.base_url, "api_key_env": self.api_key_env}
+
+    def client(self) -> openai.OpenAI:
+        """The client, made on first use with the key from the environment."""
+        if self._client is None:
+            if not os.environ.get(self.api_key_env):
+                raise ValueError(f"the judge's API key is read from ${self.api_key_env}, which is not set")
+            self._client = openai.OpenAI(
+                api_key=os.environ[self.api_key_env],
+                base_url=self.base_url,
+                timeout=self.timeout,
+                max_retries=self.max_retries,
+            )
+        return self._client
+
+    def _ask(self, messages: list[dict[str, str]]) -> tuple[str | None, str]:
+        try:
+            response = self.client().chat.completions.create(
+                model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=self.temperature
+            )
+            reply = response.choices[0].message.content
+            if not isinstance(reply, str):
+                raise TypeError("the response has no message content")
+            return reply, ""
+        except (openai.OpenAIError, AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
+            reason = f"{type(error).__name__}: {str(error)[:200]}"
+            log.warning("judge request to model %s failed: %s", self.model, reason)
+            return None, reason
+
+    def complete(self, conversations: list[list[dict[str, str]]]) -> list[tuple[str | None, str]]:
+        self.client()  # a missing key is an error here, before any request
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(self._ask, conversations))
