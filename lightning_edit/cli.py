@@ -15,6 +15,7 @@ trainer's log directory, sends them to the logger and prints the table (:mod:`li
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import traceback
@@ -30,6 +31,7 @@ from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import OnExceptionCheckpoint
 from lightning.pytorch.cli import ArgsType, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_module
 
 import lightning_edit.data  # noqa: F401  (registers the benchmarks for short names)
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
@@ -54,10 +56,36 @@ class EditCLI(LightningCLI):
     """LightningCLI that reports the metrics of a validate or test run (:class:`~lightning_edit.report.RunReport`)
     and lets model presets compose with every editor (:mod:`lightning_edit.presets`)."""
 
+    def __init__(self, *positional: Any, args: ArgsType = None, **kwargs: Any):
+        command = sys.argv[1:] if args is None else args
+        first = next((a for a in command if not a.startswith("-")), None) if isinstance(command, list) else None
+        self._requested = first if first in self.subcommands() else None
+        super().__init__(*positional, args=args, **kwargs)
+
+    def _add_subcommands(self, parser: ArgumentParser, **kwargs: Any) -> None:
+        """Build only the requested subcommand's parser (each costs about 0.1 s of the fixed cost of a run); all of
+        them when the command names none (``--help``, a mistyped subcommand)."""
+        if self._requested is None:
+            return super()._add_subcommands(parser, **kwargs)
+        every = self.subcommands()
+        self.subcommands = lambda: {self._requested: every[self._requested]}  # shadows the static method
+        try:
+            super()._add_subcommands(parser, **kwargs)
+        finally:
+            del self.subcommands
+
     def parse_arguments(self, parser: ArgumentParser, args: ArgsType) -> None:
         if args is None or isinstance(args, list):
             args = compose_presets(sys.argv[1:] if args is None else args)
         super().parse_arguments(parser, args)
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> ArgumentParser:
+        """The subcommand's parser; ``validate`` and ``test`` default to ``--verbose false``: the run report prints the
+        metrics table, and Lightning's own table would repeat it."""
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):
+            parser.set_defaults(verbose=False)
+        return parser
 
     def before_validate(self) -> None:
         self._add_report()
@@ -66,7 +94,8 @@ class EditCLI(LightningCLI):
         self._add_report()
 
     def _add_report(self) -> None:
-        config = yaml.safe_load(self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False))
+        config = self.config[self.subcommand]  # validated when parsed
+        config = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_none=False, skip_check=True))
         self.trainer.callbacks.append(RunReport(config))
 
     # Secrets (lightning_edit.errors): none reaches config.yaml, a logger's files or what a logger records ----------
@@ -109,6 +138,9 @@ class InterruptCheckpoint(OnExceptionCheckpoint):
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
+            epochs = trainer.fit_loop.epoch_progress.current
+            if epochs.completed == epochs.started:  # stopped between epochs: the next one resumes from its start
+                trainer.fit_loop.epoch_loop.batch_progress.reset_on_run()
             super().on_exception(trainer, pl_module, exception)
             exception.checkpoint = self.ckpt_path
 
@@ -165,9 +197,7 @@ def main(args: ArgsType = None) -> None:
     if args is None:
         sys.argv[1:] = argv  # LightningCLI reads the command line itself
     signal.signal(signal.SIGTERM, request_stop)
-    # the command line is given to LightningCLI as args (presets are composed first): not a mistake, and the warning
-    # would print the command line, secrets included
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended to run from within Python")
+    _silence_known_noise()
     try:
         build_cli(None if args is None else argv, exit_on_error=False)
     except ArgumentError as error:
@@ -182,6 +212,38 @@ def main(args: ArgsType = None) -> None:
         if found is None or debug:
             _exit("".join(traceback.format_exception(error)).rstrip(), 1, secrets)
         _exit(f"error: {found}", found.exit_code, secrets)
+
+
+#: Warnings about choices lightning-edit makes on purpose, or about library internals: (start of the message,
+#: category, module that warns).
+KNOWN_WARNINGS = (
+    # the command line is given to LightningCLI as args (presets are composed first): not a mistake, and the warning
+    # would print the command line, secrets included
+    ("LightningCLI's args parameter is intended to run from within Python", UserWarning, r"lightning\.pytorch\.cli"),
+    # the default logger (logger: true) is the CSVLogger that writes lightning_logs/version_N
+    (
+        "Starting from v1.9.0, `tensorboardX` has been removed as a dependency",
+        UserWarning,
+        r"lightning\.pytorch\.trainer\.connectors\.logger_connector\.logger_connector",
+    ),
+    # torch deprecates a class that Lightning's own pytree helpers still use
+    ("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning, r"lightning\.pytorch\.utilities\._pytree"),
+    # editors keep their batches of text cases on the host (EditorModule.transfer_batch_to_device), on purpose
+    (
+        "You have overridden `transfer_batch_to_device` in `LightningModule` but have passed in a",
+        UserWarning,
+        r"lightning\.pytorch\.trainer\.connectors\.data_connector",
+    ),
+)
+#: Lightning's advertisement, logged whenever a trainer has no LitLogger.
+LITLOGGER_TIP = "💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger]"
+
+
+def _silence_known_noise() -> None:
+    """Keep the :data:`KNOWN_WARNINGS` and the :data:`LITLOGGER_TIP` out of the output, and nothing else."""
+    for message, category, module in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=re.escape(message), category=category, module=module)
+    rank_zero_module.log.addFilter(lambda record: not record.getMessage().startswith(LITLOGGER_TIP))
 
 
 def _one_line(message: str) -> str:

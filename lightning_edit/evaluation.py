@@ -73,8 +73,8 @@ class CaseScorer:
                 details={} if group.details is None else group.details[k],
             )
 
-    def _run(self, requests: list[Request]) -> dict[Request, Any]:
-        return run_requests(self.model, self.tokenizer, requests, self.config.batch_size)
+    def _run(self, requests: list[Request], owners: list[int] | None = None) -> dict[Any, Any]:
+        return run_requests(self.model, self.tokenizer, requests, self.config.batch_size, owners)
 
     def reference(self, cases: list[EditCase]) -> Reference:
         """The current (unedited) model's results of every request the cases' kinds and pre-edit filters ask of it."""
@@ -90,12 +90,18 @@ class CaseScorer:
         return self._run(requests)
 
     def score(
-        self, cases: list[EditCase], reference: Reference | None = None, contexts: dict[int, str] | None = None
+        self,
+        cases: list[EditCase],
+        reference: Reference | None = None,
+        contexts: dict[int, str] | None = None,
+        owners: dict[int, int] | None = None,
     ) -> Scores:
         """Per-prompt scores of every metric of every case, with the model as it is now.
 
         ``reference`` holds the unedited model's results (needed by ``agreement`` and filtered groups);
-        ``contexts`` maps a case id to a text put before each of its prompts (in-context editing).
+        ``contexts`` maps a case id to a text put before each of its prompts (in-context editing); ``owners`` maps
+        a case id to the owner of its :class:`~lightning_edit.models.row_updates.RowUpdates` (each case scored on
+        its own edit, all in shared batches).
         """
         contexts = contexts or {}
         slots: list[tuple[PromptItem, PromptGroup, list[tuple[ScoreKind, str, list[Request]]]]] = []
@@ -106,7 +112,13 @@ class CaseScorer:
                     for kind, _, requests in asks:
                         requests += kind.requests(item, self.config)
                     slots.append((item, group, asks))
-        current = self._run([request for _, _, asks in slots for *_, requests in asks for request in requests])
+        asked = [(item, request) for item, _, asks in slots for *_, requests in asks for request in requests]
+        current = self._run(
+            [request for _, request in asked], None if owners is None else [owners[item.case_id] for item, _ in asked]
+        )
+
+        def result(item: PromptItem, request: Request) -> Any:
+            return current[request] if owners is None else current[owners[item.case_id], request]
 
         results: Scores = {}
         for item, group, asks in slots:
@@ -119,7 +131,7 @@ class CaseScorer:
                     continue
             for kind, metric, requests in asks:
                 unedited = _unedited(reference, item, kind.reference_requests(item, self.config))
-                value = kind.value(item, [current[request] for request in requests], unedited)
+                value = kind.value(item, [result(item, request) for request in requests], unedited)
                 results.setdefault(metric, (kind.name, []))[1].append((item.case_id, item.index, value))
         return results
 

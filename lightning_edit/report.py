@@ -119,7 +119,9 @@ class RunReport(Callback):
         rows = case_rows(cases, module.case_scores)
         (directory / "cases.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
 
-        figures = datamodule.figures(module.results) if isinstance(datamodule, EditDataModule) else {}
+        figures = (
+            datamodule.figures(module.results, module.case_scores) if isinstance(datamodule, EditDataModule) else {}
+        )
         retention = retention_figure(module.results, len(cases))
         if retention is not None:
             figures["retention"] = retention

@@ -95,3 +95,31 @@ def test_console_script_and_module_entry_point(tmp_path):
         [sys.executable, "-m", "lightning_edit", "validate", "--help"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and "--data" in done.stdout
+
+
+#: What Lightning, torch and transformers printed before the quickstart's table, and Lightning's own metrics table.
+NOISE = [
+    "tensorboardX",
+    "litlogger",
+    "isinstance(treespec, LeafSpec)",
+    "transfer_batch_to_device",
+    "We strongly recommend passing in an `attention_mask`",
+    "Validate metric",
+]
+
+
+def test_quickstart_prints_progress_and_one_table(tmp_path):
+    """The quickstart as a user runs it (default logger and progress bars; fewer cases): none of the :data:`NOISE`,
+    and the metrics table once."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "lightning_edit", "validate", "--config", str(ROOT / "configs/quickstart.yaml"),
+            "--data.limit=2", f"--model.stats.cache_dir={tmp_path / 'cache'}", f"--trainer.default_root_dir={tmp_path}",
+        ],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout + done.stderr
+    assert [noise for noise in NOISE if noise in printed] == [], printed[-3000:]
+    assert printed.count("| metric | macro (95% CI) |") == 1
+    assert "key statistics" in printed  # the progress bars still show

@@ -179,7 +179,7 @@ class BAKE(EditDataModule):
         )
         return derived
 
-    def figures(self, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def figures(self, results: dict[str, dict[str, Any]], case_scores: dict[str, dict[int, float]]) -> dict[str, Any]:
         """``bake_logprob``: mean log-probability of the original and desired reverse answers, before and after."""
         names = ["RQ_logprob_true_pre", "RQ_logprob_true", "RQ_logprob_new_pre", "RQ_logprob_new"]
         if not all(name in results for name in names):

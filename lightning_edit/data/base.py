@@ -296,8 +296,9 @@ class EditDataModule(LightningDataModule, ABC):
         """Metrics computed from the aggregates of others at the end of a run (e.g. BAKE's S); none by default."""
         return {}
 
-    def figures(self, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """The benchmark's own plots of a run's results, name -> matplotlib figure; none by default."""
+    def figures(self, results: dict[str, dict[str, Any]], case_scores: dict[str, dict[int, float]]) -> dict[str, Any]:
+        """The benchmark's own plots of a run's results (``results``: each metric's aggregates; ``case_scores``:
+        metric -> case id -> mean of the case's prompts), name -> matplotlib figure; none by default."""
         return {}
 
     def run_notes(self, module: Any) -> dict[str, Any]:

@@ -179,7 +179,7 @@ class CaseEdit(EditDataModule):
             "letter_tokens": [{"tokens": list(tokens), "prompts": count} for tokens, count in found.items()],
         }
 
-    def figures(self, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def figures(self, results: dict[str, dict[str, Any]], case_scores: dict[str, dict[int, float]]) -> dict[str, Any]:
         """``caseedit_probabilities``: per question, the probability of each option role (and the entropy) against
         the number of edits, from the ``@n`` metrics of a sequential ``eval_at`` run (paper Figure 3)."""
         points = _points(results)

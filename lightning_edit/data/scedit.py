@@ -20,7 +20,19 @@ Token-level metrics (paper §3; fractions, not percentages):
   unedited model's reference, computed once).
 
 With ``generation``, the Script Questions are also scored by the n-gram entropy of a sampled continuation (GE).
-:func:`script_cloze` and :func:`scedit_cf_record` build ScEdit-style records from a fact and its scripts.
+
+Text level (CF, ``text_level``; paper §3 and appendices A and C.1): the model answers each Script Question with a
+script, prompted by the paper's :data:`SCRIPT_PROMPT` (sampled top-k 5 as the released ``generate_fast2``, cut before
+a 10th step), and an LLM judge rates the script on four 7-point Likert scales with the templates
+``scedit_executability``, ``scedit_coherence``, ``scedit_consistency`` and ``scedit_completeness``: Exec, Coh, Cons
+and Comp (:data:`TEXT_METRICS`). The judge is the paper's (``gpt-4o-2024-11-20`` behind the OpenAI API) unless
+``judge`` names another (a local Hugging Face model, another OpenAI-compatible endpoint); a verdict that cannot be
+had is missing, never 0. The plot ``scedit_spearman`` is the Spearman correlation of every two metrics over cases
+(paper appendix E).
+
+A record that does not have the format (a missing or mistyped field) is left out and listed, with its file, record
+and field, under ``counts.skipped_records`` in results.json; the other records load. :func:`script_cloze` and
+:func:`scedit_cf_record` build ScEdit-style records from a fact and its scripts.
 """
 
 from __future__ import annotations
@@ -30,7 +42,28 @@ from typing import Any, Literal
 
 from lightning_edit.data.base import DataFormatError, EditDataModule, RecordReader, read_records
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
+from lightning_edit.errors import ConfigError
+from lightning_edit.judges.agreement import spearman
+from lightning_edit.judges.kind import Generation, register_judged_kind
 from lightning_edit.scoring.kinds import ScoreKind, Target, register_kind
+
+#: the paper's script-generation prompt (appendix A), verbatim; ``{question}`` is a Script Question
+SCRIPT_PROMPT = (
+    "Provide a step-by-step guide in Script form for answering the question: {question}.\n"
+    "The Script should consist of brief events starting from Step 1, with a maximum of 9 steps.\n"
+    "Each step should be a single concise action statement in one line less than 8 words.\n"
+    "Do not include any explanations, details, notes, or further instructions.\n"
+    "The script should consist only of the steps, and nothing else."
+)
+#: text-level metric -> its judge template, also the name of its judged score kind (paper appendix C.1, Figures 8-11)
+TEXT_METRICS = {
+    "Exec": "scedit_executability",
+    "Coh": "scedit_coherence",
+    "Cons": "scedit_consistency",
+    "Comp": "scedit_completeness",
+}
+#: the paper's judge (appendix B.2), the default of ``judge``
+PAPER_JUDGE = {"openai_chat": {"model": "gpt-4o-2024-11-20"}}
 
 _CF_KEYS = {"case_id", "prompt", "subject", "ground_truth", "target_new", "rephrase_prompts", "neighborhood_prompts"}
 _T_KEYS = {"case_id", "prompt", "subject", "old_update", "new_update", "question", "neighborhood"}
@@ -59,10 +92,10 @@ register_kind(Bleedover())
 
 
 class ScEdit(EditDataModule):
-    """ScEdit-CF (``variant: cf``) or ScEdit-T (``variant: t``), token level.
+    """ScEdit-CF (``variant: cf``) or ScEdit-T (``variant: t``), token level and (CF) text level.
 
     Groups: ``rewrite`` (ES), ``script`` (S-ES), and ``script_neighborhood`` (S-NS, CF) or ``script_bleedover``
-    (S-BO, T); with ``generation``, ``generation`` (GE).
+    (S-BO, T); with ``generation``, ``generation`` (GE); with ``text_level``, ``text`` (Exec, Coh, Cons, Comp).
 
     Args:
         path: the ScEdit JSON file (or ``scedit``: the published file of ``variant``, downloaded once).
@@ -71,6 +104,14 @@ class ScEdit(EditDataModule):
         batch_size: edit cases per validation step.
         variant: ``cf`` (counterfactual edits) or ``t`` (temporal edits); a file of the other setting is an error.
         generation: also score the Script Questions by the n-gram entropy of a sampled script (GE).
+        text_level: also judge the scripts the model writes for the Script Questions (CF): Exec, Coh, Cons, Comp.
+        judge: the LLM judge of the text level as ``{judge: its arguments}``, the judge a short name or a class
+            path: ``{"openai_chat": {"model": ..., "base_url": ..., "api_key_env": ...}}`` or ``{"local_lm":
+            {"path": ...}}``, without a template (each metric has its own); None: the paper's,
+            ``gpt-4o-2024-11-20`` with the key in ``$OPENAI_API_KEY``.
+        script_prompt: the prompt of a script, with ``{question}`` for the Script Question; None: the paper's
+            (:data:`SCRIPT_PROMPT`). The toy models, trained on bare how-to scripts, write theirs after ``{question}``.
+        script_max_new_tokens: token budget of a generated script (the released code: 300 tokens with the prompt).
     """
 
     def __init__(
@@ -81,18 +122,38 @@ class ScEdit(EditDataModule):
         batch_size: int = 8,
         variant: Literal["cf", "t"] = "cf",
         generation: bool = False,
+        text_level: bool = False,
+        judge: dict[str, Any] | None = None,
+        script_prompt: str | None = None,
+        script_max_new_tokens: int = 200,
     ):
         super().__init__(path, limit, sample_seed, batch_size)
-        self.variant, self.generation = variant, generation
+        if text_level and variant != "cf":
+            raise ConfigError("data.text_level judges scripts for ScEdit-CF's Script Questions; ScEdit-T has none")
+        if judge is not None and (len(judge) != 1 or not isinstance(next(iter(judge.values())), dict)):
+            raise ConfigError(f"data.judge={judge}: one judge and its arguments, e.g. {{'local_lm': {{'path': ...}}}}")
+        if judge is not None and "template" in next(iter(judge.values())):
+            raise ConfigError("data.judge: leave the template out; each text-level metric has its own (scedit_*)")
+        if script_prompt is not None and "{question}" not in script_prompt:
+            raise ConfigError(f"data.script_prompt={script_prompt!r}: write {{question}} where the question goes")
+        self.variant, self.generation, self.text_level = variant, generation, text_level
+        self.judge, self.script_prompt = judge or PAPER_JUDGE, script_prompt or SCRIPT_PROMPT
+        self.script_max_new_tokens = script_max_new_tokens
 
     def source_name(self) -> str | None:
         return f"scedit-{self.variant}" if self.path == "scedit" else self.path
 
     def declared_metrics(self) -> dict[str, str]:
         locality = {"S-NS": "prob"} if self.variant == "cf" else {"S-BO": "bleedover"}
-        return {"ES": "prob", "S-ES": "prob"} | locality | ({"GE": "entropy"} if self.generation else {})
+        return (
+            {"ES": "prob", "S-ES": "prob"}
+            | locality
+            | ({"GE": "entropy"} if self.generation else {})
+            | (TEXT_METRICS if self.text_level else {})
+        )
 
     def load_cases(self) -> list[EditCase]:
+        """Every record that has the format; the others are left out and listed (:meth:`skip`)."""
         records = read_records(self.path)
         other = "new_update" if self.variant == "cf" else "rephrase_prompts"
         for index, record in enumerate(records):
@@ -101,8 +162,34 @@ class ScEdit(EditDataModule):
                 raise DataFormatError(
                     self.path, f"a {setting} record, but variant is {self.variant!r}", index, other
                 )  # fmt: skip
+        if self.text_level:
+            self._register_judges()
         read_case = self._cf_case if self.variant == "cf" else self._t_case
-        return [read_case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
+        cases = []
+        for index, record in enumerate(records):
+            try:
+                cases.append(read_case(RecordReader(self.path, index, record)))
+            except DataFormatError as error:
+                self.skip(index, str(error))
+        return cases
+
+    def _register_judges(self) -> None:
+        """The judged kinds of the text level: ``judge`` with each metric's template, on scripts sampled with the
+        released code's top-k 5, cut before a 10th step (the prompt allows 9)."""
+        generation = Generation(self.script_max_new_tokens, do_sample=True, top_k=5, stop=("Step 10",))
+        [(name, arguments)] = self.judge.items()
+        for template in TEXT_METRICS.values():
+            register_judged_kind(
+                template, {"class_path": name, "init_args": arguments | {"template": template}}, generation
+            )
+
+    def figures(self, results: dict[str, dict[str, Any]], case_scores: dict[str, dict[int, float]]) -> dict[str, Any]:
+        """``scedit_spearman`` (with ``text_level``): Spearman's rho between every two metrics, token level and text
+        level, over the cases both scored (paper appendix E)."""
+        names = [name for name in self.declared_metrics() if name in case_scores]
+        if not self.text_level or len(names) < 2:
+            return {}
+        return {"scedit_spearman": spearman_figure(spearman_matrix(case_scores, names), names)}
 
     def _request(self, reader: RecordReader, new_field: str, true_field: str, used: set[str]) -> EditRequest:
         subject = reader.string("subject")
@@ -119,7 +206,25 @@ class ScEdit(EditDataModule):
         )
         if self.generation:
             groups["generation"] = PromptGroup.shared_answer(reader.strings("generation_prompts"), new, entropy="GE")
+        if self.text_level:
+            groups["text"] = self._text_group(request, reader.strings("generation_prompts"))
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
+
+    def _text_group(self, request: EditRequest, questions: list[str]) -> PromptGroup:
+        """The script prompt around each Script Question; the judge reads the question, the fact prompt, both
+        objects and the tag ``post`` (Completeness judges by the new object)."""
+        context = {
+            "prompt": request.filled_prompt,
+            "target_true": request.target_true,
+            "target_new": request.target_new,
+            "tag": "post",
+        }
+        return PromptGroup(
+            tuple(self.script_prompt.replace("{question}", question) for question in questions),
+            (request.target_new,) * len(questions),
+            metrics={template: metric for metric, template in TEXT_METRICS.items()},
+            details=tuple({"question": question, "context": context} for question in questions),
+        )
 
     def _t_case(self, reader: RecordReader) -> EditCase:
         request = self._request(reader, "new_update", "old_update", _T_KEYS)
@@ -180,3 +285,45 @@ def scedit_cf_record(
         "neighborhood_prompts": [script_cloze(q, s, ground_truth) for q, s in neighbour_scripts],
         "generation_prompts": [q for q, _ in scripts],
     }
+
+
+def spearman_matrix(case_scores: dict[str, dict[int, float]], names: list[str]) -> list[list[tuple[float, int]]]:
+    """``(rho, n)`` for every two metrics of ``names``: Spearman's rho of their per-case means over the ``n`` cases
+    both scored (NaN below 2 cases or when one is constant there)."""
+    matrix = []
+    for a in names:
+        row = []
+        for b in names:
+            cases = sorted(case_scores[a].keys() & case_scores[b].keys())
+            x, y = [case_scores[a][c] for c in cases], [case_scores[b][c] for c in cases]
+            row.append((spearman(x, y) if len(cases) > 1 else math.nan, len(cases)))
+        matrix.append(row)
+    return matrix
+
+
+def spearman_figure(matrix: list[list[tuple[float, int]]], names: list[str]):
+    """A heatmap of :func:`spearman_matrix`, each cell annotated with rho (blank where it is undefined), the
+    token-level metrics split from the text-level ones by a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values = [[rho for rho, _ in row] for row in matrix]
+    size = 1.2 + 0.6 * len(names)
+    figure, axes = plt.subplots(figsize=(size + 1.2, size))
+    image = axes.imshow(values, cmap="coolwarm", vmin=-1, vmax=1)
+    for i, row in enumerate(values):
+        for j, rho in enumerate(row):
+            if not math.isnan(rho):
+                axes.text(j, i, f"{rho:.2f}", ha="center", va="center", fontsize=8)
+    axes.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    axes.set_yticks(range(len(names)), names)
+    token_level = sum(name not in TEXT_METRICS for name in names)  # the token-level metrics come first
+    axes.axhline(token_level - 0.5, color="black", linewidth=1)
+    axes.axvline(token_level - 0.5, color="black", linewidth=1)
+    low, high = min(n for row in matrix for _, n in row), max(n for row in matrix for _, n in row)
+    axes.set_title(f"ScEdit: Spearman's rho over cases (n = {low if low == high else f'{low}-{high}'})", fontsize=9)
+    figure.colorbar(image, ax=axes, fraction=0.046)
+    figure.tight_layout()
+    return figure

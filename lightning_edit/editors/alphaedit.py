@@ -18,7 +18,8 @@ from torch import Tensor
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors.locate import compute_keys
 from lightning_edit.editors.memit import MEMIT
-from lightning_edit.editors.solvers import EditedKeyCache, alphaedit_update, nullspace_projector
+from lightning_edit.editors.solvers import EditedKeyCache, alphaedit_factors, nullspace_projector
+from lightning_edit.models.row_updates import LowRankUpdate
 from lightning_edit.stats.projector import load_or_compute_projector
 
 
@@ -48,9 +49,9 @@ class AlphaEdit(MEMIT):
                 self._bases[layer] = U
                 self._edited_keys[layer] = EditedKeyCache(U.shape[0])
 
-    def solve(self, layer: int, K: Tensor, R: Tensor) -> Tensor:
+    def solve(self, layer: int, K: Tensor, R: Tensor) -> LowRankUpdate:
         C_prev = self._edited_keys[layer].matrix if self._edited_keys[layer].n_keys else None
-        return alphaedit_update(K, R, U=self._bases[layer], C_prev=C_prev, alpha=self.l2)
+        return alphaedit_factors(K, R, U=self._bases[layer], C_prev=C_prev, alpha=self.l2)
 
     def after_batch(self, requests: list[EditRequest], templates: list[list[str]]) -> None:
         for layer in self.layers:  # keys of this batch, recomputed on the edited model

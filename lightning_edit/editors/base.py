@@ -6,7 +6,9 @@ are applied, :meth:`prepare_undo` returns an :class:`Undo` that takes them back 
 the edited parameters; an editor that adds modules or adapters returns one that removes them), and
 :meth:`EditorModule.edit` applies requests and returns their undo. The base class runs the protocol:
 
-- ``single``: each case is applied to the unedited model, scored, and undone (bit-identical);
+- ``single``: each case is applied to the unedited model, scored, and undone (bit-identical); when the editor's
+  edits are low rank (:meth:`EditorModule.low_rank_edits`) the cases of a batch are instead computed together and
+  scored in one pass where each case's rows see its own update (``batched_single``, docs/methods.md#batched-single);
 - ``batch``: the cases of one dataloader batch (``data.batch_size``) are applied together, each is scored on
   that model, then they are undone;
 - ``sequential``: before evaluation, every case is applied cumulatively, ``edit_batch_size`` cases per editor
@@ -60,13 +62,14 @@ from tqdm.auto import tqdm
 from lightning_edit.data.base import case_error, loader_cases
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContext, InContextPrompts
-from lightning_edit.errors import ConfigError
+from lightning_edit.errors import ConfigError, Interrupted, stop_requested
 from lightning_edit.evaluation import CaseScorer, Reference, Scores, ScoringConfig
 from lightning_edit.metrics import PromptMean
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
+from lightning_edit.models.row_updates import RowUpdates
 from lightning_edit.models.saving import save_edited_model
 from lightning_edit.models.snapshot import WeightSnapshot
-from lightning_edit.models.tokenization import encode_prompt_target
+from lightning_edit.models.tokenization import encode_prompt_targets
 from lightning_edit.scoring.kinds import score_kind
 
 
@@ -112,6 +115,10 @@ class EditorModule(LightningModule, ABC):
         output_dir: where ``fit`` saves the edited model; default ``<log dir>/edited_model``.
         in_context: also write the new fact (and retrieved demonstrations) before every evaluation prompt, on top
             of the weight edit (IKE/PROMPT prompting; :mod:`lightning_edit.editors.in_context`).
+        batched_single: under ``single``, edit and score the cases of a data batch together when the editor's
+            edits are low rank (:meth:`low_rank_edits`: ROME, MEMIT, AlphaEdit): one batched optimisation, then one
+            scoring pass where each case's rows see its own update. False: one case at a time, written and undone
+            (the reference path; same per-case metrics).
     """
 
     #: False for methods that never change weights (the baseline, in-context editors): cases are then scored together.
@@ -126,6 +133,7 @@ class EditorModule(LightningModule, ABC):
         scoring: ScoringConfig | None = None,
         output_dir: str | None = None,
         in_context: InContext | None = None,
+        batched_single: bool = True,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -141,6 +149,7 @@ class EditorModule(LightningModule, ABC):
         self.scoring = scoring or ScoringConfig()
         self.output_dir = output_dir
         self.in_context = in_context
+        self.batched_single = batched_single
         self._contexts: dict[int, str] = {}  # case id -> in-context text, built before any edit
         self.metrics = nn.ModuleDict()  # created in setup from the benchmark's declared metrics
         self.metric_kinds: dict[str, str] = {}
@@ -155,6 +164,12 @@ class EditorModule(LightningModule, ABC):
     @abstractmethod
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """Write the requests into ``self.model`` in place."""
+
+    def low_rank_edits(self, groups: list[list[EditRequest]]) -> RowUpdates | None:
+        """Each group's edit of the unedited model as low-rank updates, without writing a weight, for the batched
+        ``single`` protocol; None (the default) when the edits are not low rank: cases are then edited one at a time.
+        """
+        return None
 
     def prepare_undo(self, requests: list[EditRequest]) -> Undo:
         """How to undo ``requests``, made before they are applied (in one :meth:`apply_edits` call or several).
@@ -184,22 +199,19 @@ class EditorModule(LightningModule, ABC):
         cannot be edited or a prompt does not fit in the model's positions; called on every case before any weight
         changes."""
         limit = max_positions(self.model)
+        checks = []  # (case, field, prompt, answer): every request's target and every prompt's expected answer
         for case in cases:
             for request in case.requests:
                 if not request.subject.strip():
                     raise case_error(case, "subject", "empty subject")
-                try:
-                    prompt, target = encode_prompt_target(self.tokenizer, request.filled_prompt, request.target_new)
-                except ValueError as error:
-                    raise case_error(case, "target_new", str(error)) from None
-                _check_length(case, "prompt", request.filled_prompt, len(prompt) + len(target), limit)
+                checks.append((case, "target_new", request.filled_prompt, request.target_new))
             for name, group in case.groups.items():
-                for prompt, expected in zip(group.prompts, group.expected):
-                    try:
-                        tokens = sum(map(len, encode_prompt_target(self.tokenizer, prompt, expected)))
-                    except ValueError as error:
-                        raise case_error(case, name, str(error)) from None
-                    _check_length(case, name, prompt, tokens, limit)
+                checks += [(case, name, prompt, expected) for prompt, expected in zip(group.prompts, group.expected)]
+        encoded = encode_prompt_targets(self.tokenizer, [c[2] for c in checks], [c[3] for c in checks])
+        for (case, field, prompt, _), result in zip(checks, encoded):
+            if isinstance(result, ValueError):
+                raise case_error(case, field, str(result))
+            _check_length(case, "prompt" if field == "target_new" else field, prompt, sum(map(len, result)), limit)
 
     def on_edits_restored(self) -> None:
         """Called after the protocol restored the weights: forget state that belongs to the undone edits."""
@@ -249,13 +261,25 @@ class EditorModule(LightningModule, ABC):
         return tqdm(total=total, desc=description, unit="case", disable=not self.shows_progress, leave=False)
 
     def _apply_in_order(self, cases: list[EditCase], description: str) -> Iterator[int]:
-        """Apply ``cases`` cumulatively, ``edit_batch_size`` per editor call; yields the number applied so far."""
+        """Apply ``cases`` cumulatively, ``edit_batch_size`` per editor call; yields the number applied so far.
+
+        After the editor call during which SIGTERM arrived (on any process: every process stops after the same call),
+        raises :class:`~lightning_edit.errors.Interrupted`. The trainer notes SIGTERM once its loop runs;
+        ``lightning-edit`` also notes one that arrives before (``fit`` edits in ``on_fit_start``, before the loop).
+        """
         with self._progress(len(cases), description) as bar:
             for start in range(0, len(cases), self.edit_batch_size):
                 chunk = cases[start : start + self.edit_batch_size]
                 self.apply_edits(self._requests(chunk))
                 bar.update(len(chunk))
-                yield start + len(chunk)
+                applied = start + len(chunk)
+                stop = self.trainer.received_sigterm or stop_requested() is not None
+                if self.trainer.strategy.reduce_boolean_decision(stop, all=False):
+                    raise Interrupted(
+                        f"{description} stopped by SIGTERM after {applied} of {len(cases)} cases; the edits are not "
+                        "kept: run the same command again"
+                    )
+                yield applied
 
     def _share_edited_state(self, undo: Undo, before: set[str]) -> None:
         """Give every process process 0's values of what the edits changed: the parameters ``undo`` restores and
@@ -391,6 +415,13 @@ class EditorModule(LightningModule, ABC):
             return
         reference = scorer.reference(batch)
         self._update_metrics(scorer.score_unedited(batch, reference, self.scoring.pre_edit))
+        if self.protocol == "single" and self.edits_weights and self.batched_single:
+            rows = self.low_rank_edits([case.requests for case in batch])
+            if rows is not None:
+                with rows:
+                    owners = {case.case_id: owner for owner, case in enumerate(batch)}
+                    self._update_metrics(scorer.score(batch, reference, self._contexts, owners))
+                return
         if self.protocol == "single" and self.edits_weights:
             edit_groups = [[case] for case in batch]
         else:

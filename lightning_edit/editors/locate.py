@@ -20,6 +20,7 @@ Tokenization goes through :mod:`lightning_edit.models.tokenization` only.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -31,6 +32,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.registry import resolve_architecture
+from lightning_edit.models.row_updates import routed
 from lightning_edit.models.tokenization import encode_prompt, pad
 from lightning_edit.scoring.generation import generate
 
@@ -109,15 +111,31 @@ def context_templates(
     if not seed_prompts:
         raise ValueError("seed_prompts is empty")
     templates = ["{}"]
-    for group, (length, count) in enumerate(lengths):
-        prompts = [seed_prompts[i % len(seed_prompts)] for i in range(count)]
-        continuations = generate(
-            model, tokenizer, prompts, max_length=length, do_sample=True, top_k=top_k, seed=seed + group
-        )
-        for prompt, continuation in zip(prompts, continuations):
-            text = _join(tokenizer, prompt, continuation).replace("{", "").replace("}", "")
-            templates.append(f"{text}. {{}}")
+    modeling_log = logging.getLogger("transformers.modeling_utils")
+    modeling_log.addFilter(_not_the_dropped_mask_warning)
+    try:
+        for group, (length, count) in enumerate(lengths):
+            prompts = [seed_prompts[i % len(seed_prompts)] for i in range(count)]
+            continuations = generate(
+                model, tokenizer, prompts, max_length=length, do_sample=True, top_k=top_k, seed=seed + group
+            )
+            for prompt, continuation in zip(prompts, continuations):
+                text = _join(tokenizer, prompt, continuation).replace("{", "").replace("}", "")
+                templates.append(f"{text}. {{}}")
+    finally:
+        modeling_log.removeFilter(_not_the_dropped_mask_warning)
     return templates
+
+
+def _not_the_dropped_mask_warning(record: logging.LogRecord) -> bool:
+    """False for transformers' warning that a forward without attention mask "may be padded".
+
+    :func:`~lightning_edit.scoring.generation.generate` passes the mask, but transformers' ``generate`` drops a mask
+    of all ones (prompts of one length, as the BOS-only seed prompts are); the model's forward then finds no mask
+    and the BOS token, which is also the pad token of GPT-2 tokenizers, and warns. Prompts of different lengths are
+    padded and keep their mask.
+    """
+    return not record.getMessage().startswith("We strongly recommend passing in an `attention_mask`")
 
 
 def _join(tokenizer: PreTrainedTokenizerBase, prompt: str, continuation: str) -> str:
@@ -276,6 +294,7 @@ def fact_token_activations(
     strategy: FactToken = "subject_last",
     read: Literal["input", "output"] = "output",
     batch_size: int | None = None,
+    owners: Sequence[int] | None = None,
 ) -> Tensor:
     """(n, d): the input or output hidden states of ``module`` (a registry template) at the fact token, averaged.
 
@@ -284,7 +303,8 @@ def fact_token_activations(
     ``batch_size`` prompts) that stops right after ``module``. Returned in at least float32 on the model's device.
 
     Uses: MEMIT's ``H`` (``spec.blocks`` output at the last edited layer, templates ``["{}"]``); ROME's clean key
-    ``k₀`` (``spec.mlp_out`` input, ``["{}"]``); the keys :func:`compute_keys`.
+    ``k₀`` (``spec.mlp_out`` input, ``["{}"]``); the keys :func:`compute_keys`. ``owners`` (one per request) say
+    whose :class:`~lightning_edit.models.row_updates.RowUpdates` each request's prompts see.
     """
     if not requests:
         raise ValueError("no requests")
@@ -293,17 +313,21 @@ def fact_token_activations(
     groups = template_groups(templates)
     prompts: list[list[int]] = []
     positions: list[int] = []
-    for request in requests:
+    prompt_owners: list[int] = []
+    for i, request in enumerate(requests):
         for group in groups:
             for template in group:
                 _, ids, index = encode_fact_prompt(tokenizer, fill(template, request), request.subject, strategy)
                 prompts.append(ids)
                 positions.append(index)
+                prompt_owners.append(owners[i] if owners is not None else -1)
     chunk = batch_size or max(len(prompts), 1)
     vectors = []  # (n_prompts, d) in chunks
     for start in range(0, len(prompts), chunk):
         input_ids, attention_mask, position_ids = pad(prompts[start : start + chunk], tokenizer.pad_token_id, "right")
-        with Trace(model, name, inputs=read == "input", outputs=read == "output", stop_after=name) as trace:
+        rows_owners = None if owners is None else prompt_owners[start : start + chunk]
+        trace = Trace(model, name, inputs=read == "input", outputs=read == "output", stop_after=name)
+        with routed(model, rows_owners), trace:
             model(
                 input_ids=input_ids.to(model.device),
                 attention_mask=attention_mask.to(model.device),
@@ -333,6 +357,7 @@ def compute_keys(
     templates: Templates,
     strategy: FactToken = "subject_last",
     batch_size: int | None = None,
+    owners: Sequence[int] | None = None,
 ) -> Tensor:
     """(n, d_in): the key k̄ of each request, the **input** of ``mlp_out`` at ``layer`` at the fact token.
 
@@ -341,6 +366,6 @@ def compute_keys(
     """
     arch = resolve_architecture(model)
     return fact_token_activations(
-        model, tokenizer, requests, arch.spec.mlp_out, layer, templates, strategy, read="input", batch_size=batch_size
+        model, tokenizer, requests, arch.spec.mlp_out, layer, templates, strategy, "input", batch_size, owners
     )
 

@@ -26,10 +26,11 @@ from lightning_edit.editors.locate import (
     compute_keys,
     fact_token_activations,
 )
-from lightning_edit.editors.solvers import CovarianceFactor, memit_layer_residual, memit_update
+from lightning_edit.editors.solvers import CovarianceFactor, memit_factors, memit_layer_residual
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource
-from lightning_edit.models.registry import from_linear, resolve_architecture
+from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
+from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
 from lightning_edit.stats.config import KeyStatistics
 
 
@@ -83,9 +84,13 @@ class MEMIT(EditorModule):
     def compute_statistics_shard(self, index: int, count: int) -> None:
         self.stats.compute_shard(self.model, self.tokenizer, self.layers, index, count, self.shows_progress)
 
-    def solve(self, layer: int, K: Tensor, R: Tensor) -> Tensor:
-        """ΔW_l (d_out, d_in) for keys K (d_in, n) and residuals R (d_out, n)."""
-        return memit_update(self._covariances[layer], K, R, self.mom2_update_weight)
+    def solve(self, layer: int, K: Tensor, R: Tensor) -> LowRankUpdate:
+        """ΔW_l = U Vᵀ (d_out, d_in) for keys K (d_in, n) and residuals R (d_out, n)."""
+        return memit_factors(self._covariances[layer], K, R, self.mom2_update_weight)
+
+    def written_update(self, delta: Tensor, W: Tensor) -> Tensor:
+        """The update written for ΔW (d_out, d_in) on W (d_out, d_in): ΔW itself (RECT keeps a part of it)."""
+        return delta
 
     def context_templates(self) -> list[str]:
         """``["{}", "<text>. {}", ...]``, the texts sampled from "The", "Therefore", "Because", "I", "You" in turn, as
@@ -99,6 +104,39 @@ class MEMIT(EditorModule):
 
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """Write the requests as one batch (the sequential protocol calls this once per edit batch)."""
+
+        def write(owner: int, layer: int, update: LowRankUpdate) -> None:
+            module = self.arch.module(self.arch.spec.mlp_out, layer)
+            layout = self.arch.weight_layout(module)
+            delta = self.written_update(update.matrix(), to_linear(module.weight, layout))  # (d_out, d_in)
+            with torch.no_grad():
+                module.weight += from_linear(delta.to(module.weight.dtype), layout)
+
+        templates = self.spread(requests, None, write)
+        self.after_batch(requests, templates)
+
+    def low_rank_edits(self, groups: list[list[EditRequest]]) -> RowUpdates | None:
+        """Every group's update of the unedited model, each group a batch of its own, computed together: the keys of
+        a group at a later layer see that group's updates of the earlier ones (row by row)."""
+        rows = RowUpdates(self.model, len(groups))
+
+        def write(owner: int, layer: int, update: LowRankUpdate) -> None:
+            rows.add(owner, self.arch.layer_name(self.arch.spec.mlp_out, layer), update)
+
+        with rows:
+            owners = [owner for owner, group in enumerate(groups) for _ in group]
+            self.spread([request for group in groups for request in group], owners, write)
+        return rows
+
+    def spread(self, requests: list[EditRequest], owners: list[int] | None, write) -> list[list[str]]:
+        """MEMIT's Algorithm 1 for the requests of each owner, all owners at once; returns the key templates.
+
+        The targets Z come from one batched optimisation (requests do not interact in it). Then for each edited
+        layer in order: keys K and residuals H of every request on the model as written so far (with ``owners``,
+        one per request, each request's rows see its owner's row updates; None: one owner, 0, and no routing),
+        R = (Z − H)/(m − i), and each owner's ΔW from its own columns, passed to ``write(owner, layer, update)``
+        before the next layer.
+        """
         self.prepare_statistics()
         flat = self.context_templates()
         templates = bare_and_prefixed(flat)  # k̄ = ½·k(bare) + ½·mean(k(prefixed)) (docs/methods.md#keys)
@@ -107,16 +145,17 @@ class MEMIT(EditorModule):
             self.model, self.tokenizer, requests, last, self.arch.spec.blocks, flat, self.target, self.fact_token
         )
         Z = vectors.targets.double().T  # (d, n)
+        owner_of = owners if owners is not None else [0] * len(requests)
         for i, layer in enumerate(self.layers):
-            K = compute_keys(self.model, self.tokenizer, requests, layer, templates, self.fact_token).double().T
+            K = compute_keys(
+                self.model, self.tokenizer, requests, layer, templates, self.fact_token, owners=owners
+            ).double().T  # (d_in, n)  # fmt: skip
             H = fact_token_activations(
-                self.model, self.tokenizer, requests, self.arch.spec.blocks, last, ["{}"], self.fact_token
-            ).double().T  # (d, n) residual at the last edited layer, on the model edited so far
+                self.model, self.tokenizer, requests, self.arch.spec.blocks, last, ["{}"], self.fact_token,
+                owners=owners,
+            ).double().T  # (d, n) residual at the last edited layer, on the model edited so far  # fmt: skip
             R = memit_layer_residual(Z, H, len(self.layers) - i)  # (d, n)
-            module = self.arch.module(self.arch.spec.mlp_out, layer)
-            layout = self.arch.weight_layout(module)
-            delta = self.solve(layer, K, R)  # (d_out, d_in)
-            with torch.no_grad():
-                module.weight += from_linear(delta.to(module.weight.dtype), layout)
-        self.after_batch(requests, templates)
-
+            for owner in dict.fromkeys(owner_of):
+                columns = [j for j, o in enumerate(owner_of) if o == owner]
+                write(owner, layer, self.solve(layer, K[:, columns], R[:, columns]))
+        return templates

@@ -143,6 +143,7 @@ class MEND(EditorModule):
             rank_zero_info(f"MEND: hypernetwork loaded from {ckpt_path} ({settings})")
         self.skipped_steps = 0  # accumulated steps skipped for non-finite gradients
         self.batches_seen = 0  # training batches, across epochs (accumulation boundaries)
+        self._accumulated_grads: dict[str, Tensor] = {}  # of a resumed fit, set in on_train_start
 
     # Edited parameters ---------------------------------------------------------------------------------------
 
@@ -406,9 +407,14 @@ class MEND(EditorModule):
         progress = checkpoint.get("mend_progress", {})
         self.skipped_steps = progress.get("skipped_steps", 0)
         self.batches_seen = progress.get("batches_seen", 0)
+        self._accumulated_grads = checkpoint.get("mend_accumulated_grads", {})
+
+    def on_train_start(self) -> None:
+        """Put back the gradients a resumed fit had accumulated (after the trainer zeroed every gradient)."""
         parameters = dict(self.network.named_parameters())
-        for name, grad in checkpoint.get("mend_accumulated_grads", {}).items():
+        for name, grad in self._accumulated_grads.items():
             parameters[name].grad = grad.to(parameters[name].device)
+        self._accumulated_grads = {}
 
 
 def read_hypernetwork(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:

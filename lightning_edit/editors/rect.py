@@ -7,8 +7,7 @@ The base editor (ROME or MEMIT, ``base``) computes its update ΔW of W exactly a
 
 (the paper keeps k = 20% of the entries and zeroes the rest), per request for ROME, per layer for MEMIT.
 ``RECT(base=...)`` makes an instance of the base editor's RECT subclass (its ``__init__`` sets the class), which
-overrides only the base's update step (:meth:`~lightning_edit.editors.rome.ROME.written_update`,
-:meth:`~lightning_edit.editors.memit.MEMIT.solve`).
+overrides only the base's update step (``written_update``).
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from lightning_edit.editors.memit import MEMIT
 from lightning_edit.editors.rome import ROME
 from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.models.loading import ModelSource
-from lightning_edit.models.registry import to_linear
 from lightning_edit.stats.config import KeyStatistics
 
 EPSILON = 1e-8  # guards |W_ij| ≈ 0 in the relative change (AlphaEdit's MEMIT_rect: 1e-8)
@@ -111,18 +109,17 @@ class RECT(EditorModule):
     def apply_edits(self, requests: list[EditRequest]) -> None:
         super().apply_edits(requests)
 
+    def written_update(self, delta: Tensor, W: Tensor) -> Tensor:
+        """ΔW ⊙ M: what the base editor computed, sparsified before it is written."""
+        return rect_update(delta, W, self.keep_fraction)
+
+    def low_rank_edits(self, groups: list[list[EditRequest]]) -> None:
+        return None  # a sparsified update is not low rank: cases are edited one at a time
+
 
 class RECTOnROME(RECT, ROME):
     """RECT on ROME: each request's rank-one ΔW is sparsified before it is written."""
 
-    def written_update(self, delta: Tensor, W: Tensor) -> Tensor:
-        return rect_update(delta, W, self.keep_fraction)
-
 
 class RECTOnMEMIT(RECT, MEMIT):
     """RECT on MEMIT: each layer's ΔW is sparsified before it is written."""
-
-    def solve(self, layer: int, K: Tensor, R: Tensor) -> Tensor:
-        module = self.arch.module(self.arch.spec.mlp_out, layer)
-        W = to_linear(module.weight, self.arch.weight_layout(module))
-        return rect_update(super().solve(layer, K, R), W, self.keep_fraction)

@@ -27,10 +27,11 @@ from lightning_edit.editors.locate import (
     FactToken,
     compute_keys,
 )
-from lightning_edit.editors.solvers import CovarianceFactor, rome_update
+from lightning_edit.editors.solvers import CovarianceFactor, rome_factors
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
+from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
 from lightning_edit.stats.config import KeyStatistics
 
 
@@ -101,27 +102,43 @@ class ROME(EditorModule):
         """ROME edits one fact at a time, each on the model as edited by the previous ones."""
         covariance = self.covariance()  # before any weight changes: statistics describe the unedited model
         for request in requests:
-            self._edit(request, covariance)
+            (update,) = self.updates([request], covariance)
+            module = self.arch.module(self.arch.spec.mlp_out, self.layer)
+            layout = self.arch.weight_layout(module)
+            delta = self.written_update(update.matrix(), to_linear(module.weight, layout))
+            with torch.no_grad():
+                module.weight += from_linear(delta.to(module.weight.dtype), layout)
 
-    def _edit(self, request: EditRequest, covariance: CovarianceFactor | None) -> None:
+    def low_rank_edits(self, groups: list[list[EditRequest]]) -> RowUpdates | None:
+        """Every group's rank-one update of the unedited model, computed together (cases of one request each)."""
+        if any(len(group) != 1 for group in groups):
+            return None  # a case's later requests would need the model its earlier ones edited
+        rows = RowUpdates(self.model, len(groups))
+        name = self.arch.layer_name(self.arch.spec.mlp_out, self.layer)
+        for owner, update in enumerate(self.updates([group[0] for group in groups], self.covariance())):
+            rows.add(owner, name, update)
+        return rows
+
+    def updates(self, requests: list[EditRequest], covariance: CovarianceFactor | None) -> list[LowRankUpdate]:
+        """Each request's ΔW = U Vᵀ (eq. 2) on the model as it is now, independently of the others (batched)."""
         templates = self.templates.get(self.model, self.tokenizer, self.template_lengths, self.template_seed)
         module = self.arch.module(self.arch.spec.mlp_out, self.layer)
-        layout = self.arch.weight_layout(module)
-        W = to_linear(module.weight, layout)  # (d_out, d_in)
+        W = to_linear(module.weight, self.arch.weight_layout(module))  # (d_out, d_in)
         bias = module.bias.double() if module.bias is not None else 0.0
-        k_bar = compute_keys(self.model, self.tokenizer, [request], self.layer, templates, self.fact_token)[0]
-        k0 = compute_keys(self.model, self.tokenizer, [request], self.layer, ["{}"], self.fact_token)[0]
+        k_bar = compute_keys(self.model, self.tokenizer, requests, self.layer, templates, self.fact_token)
+        k0 = compute_keys(self.model, self.tokenizer, requests, self.layer, ["{}"], self.fact_token)
         vectors = optimize_target_vectors(
-            self.model, self.tokenizer, [request], self.layer, self.arch.spec.mlp_out, templates, self.target,
+            self.model, self.tokenizer, requests, self.layer, self.arch.spec.mlp_out, templates, self.target,
             self.fact_token,
         )  # fmt: skip
-        v_star = vectors.targets[0].double() - bias  # (d_out,) the projection's target without its bias
-        if self.key == "original":
-            delta = rome_update(covariance, k_bar, v_star, W, k0=k0)
-        elif self.key == "prompt":
-            delta = rome_update(covariance, k0, v_star, W)
-        else:  # prefix: the prefix-averaged output moved by the same δ
-            delta = rome_update(covariance, k_bar, W.double() @ k_bar.double() + vectors.deltas[0].double(), W)
-        delta = self.written_update(delta, W)
-        with torch.no_grad():
-            module.weight += from_linear(delta.to(module.weight.dtype), layout)
+        updates = []
+        for i in range(len(requests)):
+            v_star = vectors.targets[i].double() - bias  # (d_out,) the projection's target without its bias
+            if self.key == "original":
+                updates.append(rome_factors(covariance, k_bar[i], v_star, W, k0=k0[i]))
+            elif self.key == "prompt":
+                updates.append(rome_factors(covariance, k0[i], v_star, W))
+            else:  # prefix: the prefix-averaged output moved by the same δ
+                moved = W.double() @ k_bar[i].double() + vectors.deltas[i].double()
+                updates.append(rome_factors(covariance, k_bar[i], moved, W))
+        return updates

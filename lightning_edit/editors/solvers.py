@@ -15,12 +15,18 @@ system.
     memit_layer_residual(Z, H, m_left)    R_l = (Z − H) / m_left                              (MEMIT Alg. 1)
     nullspace_projector(C, tau)           P = Û Ûᵀ, Û = eigenvectors of C with eigenvalue < τ (AlphaEdit)
     alphaedit_update(K, R, P=|U=, ...)    (P(K Kᵀ + C_p) + αI) ΔWᵀ = P K Rᵀ                   (AlphaEdit)
+
+Each update is low rank and also comes as its factors ``ΔW = U Vᵀ`` (``rome_factors``, ``memit_factors``,
+``alphaedit_factors``), which the batched ``single`` protocol adds row by row instead of writing
+(:class:`~lightning_edit.models.row_updates.RowUpdates`).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from lightning_edit.models.row_updates import LowRankUpdate
 
 F64 = torch.float64
 _RIDGES = (1e-12, 1e-10, 1e-8, 1e-6, 1e-4)  # relative to the mean diagonal, tried in order if Cholesky fails
@@ -111,12 +117,20 @@ def rome_update(
     Returns:
         ``ΔW`` of shape ``(d_out, d_in)``.
     """
+    return _out(rome_factors(C, k, v_star, W, k0=k0).matrix(), dtype)
+
+
+def rome_factors(
+    C: Tensor | CovarianceFactor | None, k: Tensor, v_star: Tensor, W: Tensor, *, k0: Tensor | None = None
+) -> LowRankUpdate:
+    """:func:`rome_update` as its two factors, ``U = (v* − W k₀) / (uᵀk₀)`` ``(d_out, 1)`` and ``V = u`` ``(d_in, 1)``
+    (float64)."""
     k = _f64(k)  # (d_in,)
     k0 = k if k0 is None else _f64(k0, k.device)  # (d_in,)
     W = _f64(W, k.device)  # (d_out, d_in)
     u = k if C is None else _as_factor(C).solve(k)  # (d_in,) C⁻¹k
     r = _f64(v_star, k.device) - W @ k0  # (d_out,) residual v* − W k₀
-    return _out(torch.outer(r, u) / (u @ k0), dtype)  # (d_out, d_in)
+    return LowRankUpdate((r / (u @ k0))[:, None], u[:, None])
 
 
 # ------------------------------------------------------------------------------------------------------------ MEMIT
@@ -160,6 +174,14 @@ def memit_update(
     Returns:
         ``ΔW`` of shape ``(d_out, d_in)``, of rank ≤ n.
     """
+    return _out(memit_factors(C, K, R, lam, method=method).matrix(), dtype)
+
+
+def memit_factors(
+    C: Tensor | CovarianceFactor, K: Tensor, R: Tensor, lam: float, *, method: str = "auto"
+) -> LowRankUpdate:
+    """:func:`memit_update` as ``ΔW = U Vᵀ`` with ``U (d_out, n)`` and ``V (d_in, n)`` (float64): ``(R, adj)`` on the
+    Cholesky path, ``((S⁻¹Rᵀ)ᵀ, (λC)⁻¹K)`` on the Woodbury path."""
     K = _f64(K)  # (d_in, n)
     R = _f64(R, K.device)  # (d_out, n)
     d_in, n = K.shape
@@ -172,12 +194,12 @@ def memit_update(
         A = _as_factor(C).solve(K) / lam  # (d_in, n) (λC)⁻¹K
         S = torch.eye(n, dtype=F64, device=K.device) + K.T @ A  # (n, n) SPD
         X = torch.cholesky_solve(R.T, cholesky(S)[0])  # (n, d_out) S⁻¹Rᵀ
-        return _out(X.T @ A.T, dtype)  # (d_out, d_in)
+        return LowRankUpdate(X.T, A)
     if method == "cholesky":
         C = C.C if isinstance(C, CovarianceFactor) else _f64(C)
         M = lam * C.to(K.device) + K @ K.T  # (d_in, d_in) λC + KKᵀ
         adj = torch.cholesky_solve(K, cholesky(M)[0])  # (d_in, n)
-        return _out(R @ adj.T, dtype)  # (d_out, d_in)
+        return LowRankUpdate(R, adj)
     raise ValueError(f"Unknown method {method!r}; expected 'auto', 'cholesky' or 'woodbury'.")
 
 
@@ -227,6 +249,20 @@ def alphaedit_update(
     Returns:
         ``ΔW`` of shape ``(d_out, d_in)``.
     """
+    return _out(alphaedit_factors(K, R, P=P, U=U, C_prev=C_prev, alpha=alpha).matrix(), dtype)
+
+
+def alphaedit_factors(
+    K: Tensor,
+    R: Tensor,
+    *,
+    P: Tensor | None = None,
+    U: Tensor | None = None,
+    C_prev: Tensor | None = None,
+    alpha: float = 10.0,
+) -> LowRankUpdate:
+    """:func:`alphaedit_update` as ``ΔW = R Vᵀ`` (float64): ``V = A⁻¹PK`` ``(d_in, n)`` for the full system
+    ``A = P(KKᵀ+C_p) + αI``, or ``V = Û A⁻¹ÛᵀK`` for the reduced, symmetric ``A = Ûᵀ(KKᵀ+C_p)Û + αI``."""
     if (P is None) == (U is None):
         raise ValueError("Pass exactly one of P (full solve) or U (reduced r×r solve).")
     if alpha <= 0:
@@ -240,13 +276,11 @@ def alphaedit_update(
         A = UK @ UK.T + alpha * torch.eye(U.shape[1], dtype=F64, device=K.device)  # (r, r) Ûᵀ KKᵀ Û + αI
         if Cp is not None:
             A = A + U.T @ Cp @ U
-        Z = torch.cholesky_solve(UK @ R.T, cholesky(A)[0])  # (r, d_out)
-        return _out((U @ Z).T, dtype)  # (d_out, d_in)
+        return LowRankUpdate(R, U @ torch.cholesky_solve(UK, cholesky(A)[0]))  # V (d_in, n) = Û A⁻¹ ÛᵀK
     P = _f64(P, K.device)  # (d_in, d_in)
     M = K @ K.T if Cp is None else K @ K.T + Cp  # (d_in, d_in)
     A = P @ M + alpha * torch.eye(K.shape[0], dtype=F64, device=K.device)  # (d_in, d_in)
-    dWt = torch.linalg.solve(A, P @ K @ R.T)  # (d_in, d_out)
-    return _out(dWt.T, dtype)  # (d_out, d_in)
+    return LowRankUpdate(R, torch.linalg.solve(A, P @ K))  # V (d_in, n) = A⁻¹PK
 
 
 class EditedKeyCache:

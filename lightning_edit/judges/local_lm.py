@@ -1,18 +1,23 @@
 """An LLM judge run locally: a Hugging Face causal LM loaded by the project's loader, decoding greedily.
 
 The conversation is formatted with the tokenizer's chat template when it has one; otherwise the system and user
-messages are joined by a blank line. The model is loaded on first use (CUDA if available) and kept.
+messages are joined by a blank line. The model is loaded on first use (CUDA if available) and kept, once per process
+for all the judges that name it (ScEdit's four scales share one model). A prompt that does not fit in the model's
+positions with the reply's budget is an error, before any generation.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, Literal
 
 import torch
 
+from lightning_edit.errors import ConfigError
 from lightning_edit.judges.base import Scale
 from lightning_edit.judges.llm import LLMJudge
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
+from lightning_edit.models.tokenization import encode_prompt
 from lightning_edit.scoring.generation import generate
 
 
@@ -41,7 +46,6 @@ class LocalLMJudge(LLMJudge):
     ):
         super().__init__(template, scale, key, max_tokens, temperature, cache_dir)
         self.path, self.dtype, self.batch_size = path, dtype, batch_size
-        self._loaded: tuple[Any, Any] | None = None
 
     def settings(self) -> dict[str, Any]:
         return {"model": self.path, "dtype": self.dtype, **super().settings()}
@@ -52,17 +56,28 @@ class LocalLMJudge(LLMJudge):
         return "\n\n".join(message["content"] for message in messages) + "\n"
 
     def complete(self, conversations: list[list[dict[str, str]]]) -> list[tuple[str | None, str]]:
-        if self._loaded is None:
-            device = "cuda" if torch.cuda.is_available() else None
-            self._loaded = load_model_and_tokenizer(ModelSource(self.path, self.dtype), device)
-        model, tokenizer = self._loaded
+        model, tokenizer = _load(self.path, self.dtype)
+        prompts = [self._prompt(tokenizer, messages) for messages in conversations]
+        limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+        longest = max((len(encode_prompt(tokenizer, prompt)) for prompt in prompts), default=0)
+        if limit is not None and longest + self.max_tokens > limit:
+            raise ConfigError(
+                f"judge model {self.path!r} has {limit} positions, but a prompt of the {self.template} template is "
+                f"{longest} tokens, and the reply takes up to max_tokens={self.max_tokens}: use a longer-context model"
+            )
         replies = generate(
             model,
             tokenizer,
-            [self._prompt(tokenizer, messages) for messages in conversations],
+            prompts,
             max_new_tokens=self.max_tokens,
             do_sample=self.temperature > 0,
             temperature=self.temperature or 1.0,
             batch_size=self.batch_size,
         )
         return [(reply, "") for reply in replies]
+
+
+@cache
+def _load(path: str, dtype: str) -> tuple[Any, Any]:
+    """The judge model and tokenizer of ``path``, loaded once per process (on CUDA if available)."""
+    return load_model_and_tokenizer(ModelSource(path, dtype), "cuda" if torch.cuda.is_available() else None)

@@ -131,3 +131,76 @@ class Trace:
 
     def _stop(self, module: nn.Module, args: tuple, output: Any) -> None:
         raise _StopForward(self)
+
+
+def _block_input(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor:
+    if args and isinstance(args[0], torch.Tensor):
+        return args[0]
+    if isinstance(kwargs.get("hidden_states"), torch.Tensor):
+        return kwargs["hidden_states"]
+    raise ValueError("Cannot find a block's input: no positional tensor and no hidden_states keyword.")
+
+
+class PrefixReuse:
+    """Repeated forwards of one batch that differ only from block ``start`` on: the blocks below run once.
+
+    Each forward runs inside ``with reuse:`` (or ``with reuse.rows(rows):`` for a forward over some of the first
+    one's batch rows). The first runs whole and records the input of block ``start``; each later one skips the
+    blocks below ``start`` (they hand their input on unchanged) and gives block ``start`` the recorded input of its
+    rows instead. Embeddings, masks and positions are still computed, so block ``start`` and everything
+    above it see exactly what a whole forward would show them. Valid only while the inputs and every parameter
+    below ``start`` stay as they were (the v*/z loop: δ enters at block ``start`` or above it).
+
+    Args:
+        blocks: the model's decoder blocks, in order.
+        start: the first block that must run at every forward.
+    """
+
+    def __init__(self, blocks: list[nn.Module], start: int):
+        self.blocks, self.start = blocks, start
+        self.hidden: torch.Tensor | None = None  # (B, L, d) the recorded input of block ``start``
+        self._tuple_output = False  # blocks return (hidden, ...) in older transformers
+        self._rows: torch.Tensor | None = None  # the recorded rows the next forward runs (None: all)
+        self._handles: list[RemovableHandle] = []
+
+    def rows(self, rows: torch.Tensor | None) -> PrefixReuse:
+        """The next forward runs these rows (indices into the first forward's batch), in this order."""
+        self._rows = rows
+        return self
+
+    def __enter__(self) -> PrefixReuse:
+        if self.start == 0:
+            return self
+        block = self.blocks[self.start]
+        if self.hidden is None:
+            self._handles.append(block.register_forward_pre_hook(self._record, with_kwargs=True))
+            self._handles.append(self.blocks[self.start - 1].register_forward_hook(self._record_form))
+            return self
+        for skipped in self.blocks[: self.start]:
+            skipped.forward = self._pass_through  # an instance attribute shadows the class's forward
+        self._handles.append(block.register_forward_pre_hook(self._replay, with_kwargs=True))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._rows = None
+        for skipped in self.blocks[: self.start]:
+            skipped.__dict__.pop("forward", None)
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _record(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+        self.hidden = _block_input(args, kwargs).detach()
+
+    def _record_form(self, module: nn.Module, args: tuple, output: Any) -> None:
+        self._tuple_output = not isinstance(output, torch.Tensor)
+
+    def _pass_through(self, *args: Any, **kwargs: Any) -> Any:
+        hidden = _block_input(args, kwargs)
+        return (hidden,) if self._tuple_output else hidden
+
+    def _replay(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        hidden = self.hidden if self._rows is None else self.hidden[self._rows]
+        if args and isinstance(args[0], torch.Tensor):
+            return (hidden, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": hidden}

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.metrics.entropy import ngram_entropy
+from lightning_edit.models.row_updates import routed
 from lightning_edit.scoring.generation import generate
 from lightning_edit.scoring.targets import TargetScore, agreement, prefers, score_targets
 
@@ -83,33 +84,57 @@ class Sample(Request):
     top_k: int
 
 
-Runner = Callable[[PreTrainedModel, PreTrainedTokenizerBase, list, int], list]
+Runner = Callable[..., list]
 _RUNNERS: dict[type[Request], Runner] = {}
+_ROUTED: set[type[Request]] = set()
 
 
-def register_request(request_type: type[Request], runner: Runner) -> None:
+def register_request(request_type: type[Request], runner: Runner, routed: bool = False) -> None:
     """Make ``runner(model, tokenizer, requests, batch_size) -> results`` (one per request, in order) compute
-    requests of ``request_type``."""
+    requests of ``request_type``. A ``routed`` runner also takes ``owners`` (one per request, or None) and runs each
+    forward inside :func:`~lightning_edit.models.row_updates.routed` with its rows' owners, so requests of many
+    independently edited models share its batches; other runners are called once per owner."""
     _RUNNERS[request_type] = runner
+    if routed:
+        _ROUTED.add(request_type)
 
 
 def run_requests(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, requests: Sequence[Request], batch_size: int
-) -> dict[Request, Any]:
-    """The result of every request, each computed once: one runner call per request type, in first-asked order."""
-    by_type: dict[type[Request], list[Request]] = {}
-    for request in dict.fromkeys(requests):
-        by_type.setdefault(type(request), []).append(request)
-    results: dict[Request, Any] = {}
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    requests: Sequence[Request],
+    batch_size: int,
+    owners: Sequence[int] | None = None,
+) -> dict[Any, Any]:
+    """The result of every request, each computed once: one runner call per request type, in first-asked order.
+
+    With ``owners`` (one per request: whose row updates it sees), results are keyed by ``(owner, request)``.
+    """
+    keys = list(dict.fromkeys(requests if owners is None else zip(owners, requests)))
+    by_type: dict[type[Request], list] = {}
+    for key in keys:
+        by_type.setdefault(type(key if owners is None else key[1]), []).append(key)
+    results: dict[Any, Any] = {}
     for request_type, group in by_type.items():
         if request_type not in _RUNNERS:
             raise ValueError(f"no runner is registered for requests of type {request_type.__name__}")
-        results.update(zip(group, _RUNNERS[request_type](model, tokenizer, group, batch_size)))
+        runner = _RUNNERS[request_type]
+        if owners is None:
+            results.update(zip(group, runner(model, tokenizer, group, batch_size)))
+        elif request_type in _ROUTED:
+            values = runner(model, tokenizer, [r for _, r in group], batch_size, owners=[o for o, _ in group])
+            results.update(zip(group, values))
+        else:
+            for owner in dict.fromkeys(o for o, _ in group):
+                mine = [key for key in group if key[0] == owner]
+                with routed(model, owner):
+                    results.update(zip(mine, runner(model, tokenizer, [r for _, r in mine], batch_size)))
     return results
 
 
-def _run_targets(model, tokenizer, requests: list[Target], batch_size: int) -> list[TargetScore]:
-    return score_targets(model, tokenizer, [r.prompt for r in requests], [r.answer for r in requests], batch_size)
+def _run_targets(model, tokenizer, requests: list[Target], batch_size: int, owners=None) -> list[TargetScore]:
+    prompts, answers = [r.prompt for r in requests], [r.answer for r in requests]
+    return score_targets(model, tokenizer, prompts, answers, batch_size, owners=owners)
 
 
 def _run_samples(model, tokenizer, requests: list[Sample], batch_size: int) -> list[str]:
@@ -127,7 +152,7 @@ def _run_samples(model, tokenizer, requests: list[Sample], batch_size: int) -> l
     return [texts[r] for r in requests]
 
 
-register_request(Target, _run_targets)
+register_request(Target, _run_targets, routed=True)
 register_request(Sample, _run_samples)
 
 

@@ -26,9 +26,10 @@ from typing import Literal
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from lightning_edit.models.row_updates import routed
 from lightning_edit.models.tokenization import encode_prompt
 from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, register_kind, register_request
-from lightning_edit.scoring.targets import padded_logits, score_targets
+from lightning_edit.scoring.targets import logits_at, score_targets
 
 Convention = Literal["letter", "cloze"]
 LETTERS = ("A", "B", "C", "D", "E")
@@ -71,23 +72,28 @@ class Choices(Request):
 
 
 @torch.no_grad()
-def _letter_distributions(model, tokenizer, requests: list[Choices], batch_size: int) -> list[tuple[float, ...]]:
+def _letter_distributions(
+    model, tokenizer, requests: list[Choices], batch_size: int, owners
+) -> list[tuple[float, ...]]:
     results = []
     for start in range(0, len(requests), batch_size):
         chunk = requests[start : start + batch_size]
-        logits, attention_mask = padded_logits(
-            model, tokenizer, [encode_prompt(tokenizer, r.prompt) for r in chunk], "right"
-        )
-        last = (attention_mask.sum(-1) - 1).to(logits.device)
-        next_logits = logits[torch.arange(len(chunk), device=logits.device), last].float()  # (B, V)
-        ids = torch.tensor([letter_token_ids(tokenizer, r.prompt, r.options) for r in chunk], device=logits.device)
+        sequences = [encode_prompt(tokenizer, r.prompt) for r in chunk]
+        with routed(model, None if owners is None else owners[start : start + batch_size]):
+            next_logits = logits_at(  # (B, V) at each prompt's last token
+                model, tokenizer, sequences, list(range(len(chunk))), [len(s) - 1 for s in sequences], "right"
+            ).float()
+        ids = torch.tensor([letter_token_ids(tokenizer, r.prompt, r.options) for r in chunk], device=model.device)
         results += [tuple(row) for row in torch.softmax(next_logits.gather(1, ids), dim=-1).tolist()]
     return results
 
 
-def _cloze_distributions(model, tokenizer, requests: list[Choices], batch_size: int) -> list[tuple[float, ...]]:
+def _cloze_distributions(model, tokenizer, requests: list[Choices], batch_size: int, owners) -> list[tuple[float, ...]]:
     pairs = [(r.prompt, option) for r in requests for option in r.options]
-    scores = iter(score_targets(model, tokenizer, [p for p, _ in pairs], [o for _, o in pairs], batch_size))
+    pair_owners = None if owners is None else [o for o, r in zip(owners, requests) for _ in r.options]
+    scores = iter(
+        score_targets(model, tokenizer, [p for p, _ in pairs], [o for _, o in pairs], batch_size, owners=pair_owners)
+    )
     results = []
     for request in requests:
         loglik = torch.tensor([-next(scores).nll for _ in request.options], dtype=torch.double)
@@ -95,14 +101,16 @@ def _cloze_distributions(model, tokenizer, requests: list[Choices], batch_size: 
     return results
 
 
-def run_choices(model, tokenizer, requests: list[Choices], batch_size: int) -> list[tuple[float, ...]]:
+def run_choices(model, tokenizer, requests: list[Choices], batch_size: int, owners=None) -> list[tuple[float, ...]]:
     """The runner of :class:`Choices`: each convention's requests in one batched pass, results in input order."""
-    results: dict[Choices, tuple[float, ...]] = {}
+    results: dict[int, tuple[float, ...]] = {}
     for convention, runner in (("letter", _letter_distributions), ("cloze", _cloze_distributions)):
-        group = [r for r in requests if r.convention == convention]
-        if group:
-            results.update(zip(group, runner(model, tokenizer, group, batch_size)))
-    return [results[r] for r in requests]
+        indices = [i for i, r in enumerate(requests) if r.convention == convention]
+        if indices:
+            group_owners = None if owners is None else [owners[i] for i in indices]
+            values = runner(model, tokenizer, [requests[i] for i in indices], batch_size, group_owners)
+            results.update(zip(indices, values))
+    return [results[i] for i in range(len(requests))]
 
 
 def entropy_bits(probabilities: tuple[float, ...]) -> float:
@@ -153,7 +161,7 @@ class MultipleChoice(ScoreKind):
         return float(sum(p for p, r in zip(probabilities, item.details["roles"]) if r == role))
 
 
-register_request(Choices, run_choices)
+register_request(Choices, run_choices, routed=True)
 for _convention in CONVENTIONS:
     for _quantity in QUANTITIES:
         register_kind(MultipleChoice(_convention, _quantity))

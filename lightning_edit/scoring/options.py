@@ -6,7 +6,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.models.tokenization import PaddingSide, encode_prompt, encode_prompt_target
-from lightning_edit.scoring.targets import padded_logits
+from lightning_edit.scoring.targets import logits_at, padded_offset
 
 
 def option_token_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, options: tuple[str, ...]) -> list[int]:
@@ -31,9 +31,8 @@ def option_distribution(
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         sequences = [encode_prompt(tokenizer, p) for p in chunk]
-        logits, attention_mask = padded_logits(model, tokenizer, sequences, padding_side)  # (B, L, V)
-        last = attention_mask.sum(-1) - 1 if padding_side == "right" else torch.full((len(chunk),), -1)
-        next_logits = logits[torch.arange(len(chunk)), last.to(model.device)].float()  # (B, V)
+        lasts = [padded_offset(sequences, row, padding_side) + len(s) - 1 for row, s in enumerate(sequences)]
+        next_logits = logits_at(model, tokenizer, sequences, list(range(len(chunk))), lasts, padding_side).float()
         ids = torch.tensor([option_token_ids(tokenizer, p, options) for p in chunk], device=model.device)  # (B, K)
         probabilities.append(torch.softmax(next_logits.gather(1, ids), dim=-1).cpu())
     return torch.cat(probabilities)

@@ -196,7 +196,7 @@ def test_logprob_analysis_before_and_after(stub_editor):
         for rows, suffix in ((UNEDITED, "_pre"), (EDITED, "")):
             hand = [math.log(probability(rows, f"q{i}", f"{answer}{i}")) for i in range(5)]
             assert results[f"RQ_logprob_{key}{suffix}"]["macro"] == pytest.approx(sum(hand) / 5, rel=1e-5)
-    figure = BAKE(str(FIXTURE)).figures(results)["bake_logprob"]
+    figure = BAKE(str(FIXTURE)).figures(results, {})["bake_logprob"]
     heights = [bar.get_height() for bar in figure.axes[0].patches]
     assert heights == pytest.approx(
         [

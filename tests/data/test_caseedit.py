@@ -120,8 +120,8 @@ def test_probability_figure_from_eval_at_metrics():
         for q in QUESTIONS:
             for metric, value in [("p_new", p), ("p_true", 1 - p), ("p_other", 0.0), ("entropy", 1.0)]:
                 results[f"{q}_{metric}{suffix}"] = {"macro": value, "n_cases": n}
-    figures = data.figures(results)
+    figures = data.figures(results, {})
     assert list(figures) == ["caseedit_probabilities"]
     line = figures["caseedit_probabilities"].axes[0].lines[0]
     assert list(line.get_xdata()) == [0, 10, 20, 200] and list(line.get_ydata()) == [0.1, 0.9, 0.8, 0.7]
-    assert data.figures({k: v for k, v in results.items() if "@" not in k and "_pre" not in k}) == {}
+    assert data.figures({k: v for k, v in results.items() if "@" not in k and "_pre" not in k}, {}) == {}

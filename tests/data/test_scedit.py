@@ -1,8 +1,11 @@
-"""ScEdit: both formats load, and ES / S-ES / S-NS / S-BO equal hand-computed values on a stub with set logits."""
+"""ScEdit: both formats load (bad records left out and listed), ES / S-ES / S-NS / S-BO equal hand-computed values on a
+stub with set logits, the text level's prompts and settings, and the Spearman matrix of its heatmap.
+
+The text level run end to end, judged by a local model and by a test server: tests/judges/test_scedit_text_level.py.
+"""
 
 import json
 import math
-import re
 from types import SimpleNamespace
 
 import pytest
@@ -13,8 +16,11 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import PreTrainedTokenizerFast
 
 from lightning_edit.data import DataFormatError, ScEdit
-from lightning_edit.data.scedit import scedit_cf_record, script_cloze
+from lightning_edit.data.scedit import SCRIPT_PROMPT, TEXT_METRICS, scedit_cf_record, script_cloze, spearman_matrix
+from lightning_edit.errors import ConfigError
 from lightning_edit.evaluation import CaseScorer, ScoringConfig
+from lightning_edit.judges.kind import Generation, judge_named
+from lightning_edit.scoring.kinds import score_kind
 
 # fmt: off
 VOCAB = ["<pad>", "<unk>", "The", "tower", "is", "in", "How", "visit", "the", "museum", "Step", "1", "fly", "to",
@@ -141,20 +147,104 @@ def test_a_file_of_the_other_setting_is_an_error(tmp_path):
         load(tmp_path, [CF_RECORD], "t")
 
 
+def changed(record: dict, change) -> dict:
+    record = json.loads(json.dumps(record))
+    change(record)
+    return record
+
+
 @pytest.mark.parametrize(
-    ("change", "field"),
+    ("variant", "change", "field"),
     [
-        (lambda r: r["neighborhood"][1].pop("object"), "neighborhood[1].object"),
-        (lambda r: r["neighborhood"].__setitem__(0, "text"), "neighborhood[0]"),
-        (lambda r: r.pop("question"), "question"),
-        (lambda r: r.__setitem__("new_update", ""), "new_update"),
+        ("t", lambda r: r["neighborhood"][1].pop("object"), "neighborhood[1].object"),
+        ("t", lambda r: r["neighborhood"].__setitem__(0, "text"), "neighborhood[0]"),
+        ("t", lambda r: r.pop("question"), "question"),
+        ("t", lambda r: r.__setitem__("new_update", ""), "new_update"),
+        ("cf", lambda r: r.pop("neighborhood_prompts"), "neighborhood_prompts"),
+        ("cf", lambda r: r["rephrase_prompts"].append(3), "rephrase_prompts[1]"),
+        ("cf", lambda r: r.__setitem__("prompt", "The museum is in"), "prompt"),
+        ("cf", lambda r: r.__setitem__("case_id", "8"), "case_id"),
     ],
 )
-def test_bad_t_records_name_file_record_and_field(tmp_path, change, field):
-    record = json.loads(json.dumps(T_RECORD))
-    change(record)
-    with pytest.raises(DataFormatError, match=re.escape(f"t.json: record 1: field {field!r}")):
-        load(tmp_path, [T_RECORD, record], "t")
+def test_bad_records_are_listed_by_file_record_and_field_and_the_rest_load(tmp_path, variant, change, field):
+    good = CF_RECORD if variant == "cf" else T_RECORD
+    later = good | {"case_id": good["case_id"] + 1}
+    data = load(tmp_path, [good, changed(good | {"case_id": 99}, change), later], variant)
+    assert [case.case_id for case in data.cases] == [good["case_id"], good["case_id"] + 1]
+    [skipped] = data.skipped
+    assert skipped["record"] == 1 and "file" not in skipped  # the benchmark's own file: data.path
+    assert skipped["reason"].startswith(f"{tmp_path / f'{variant}.json'}: record 1: field {field!r}: ")
+
+
+def test_text_level_needs_generation_prompts_or_lists_the_record(tmp_path):
+    path = tmp_path / "cf.json"
+    path.write_text(json.dumps([CF_RECORD, changed(CF_RECORD | {"case_id": 8}, lambda r: r.pop("generation_prompts"))]))
+    data = ScEdit(str(path), text_level=True)
+    data.setup()
+    assert len(data.cases) == 1 and "field 'generation_prompts': missing" in data.skipped[0]["reason"]
+
+
+def test_text_level_prompts_the_paper_prompt_and_hands_the_judge_the_fact(tmp_path):
+    (tmp_path / "cf.json").write_text(json.dumps([CF_RECORD]))
+    data = ScEdit(str(tmp_path / "cf.json"), text_level=True, generation=True)
+    data.setup()
+    assert list(data.declared_metrics()) == ["ES", "S-ES", "S-NS", "GE", "Exec", "Coh", "Cons", "Comp"]
+    group = data.cases[0].groups["text"]
+    assert group.prompts == (
+        "Provide a step-by-step guide in Script form for answering the question: How to visit the tower ?.\n"
+        "The Script should consist of brief events starting from Step 1, with a maximum of 9 steps.\n"
+        "Each step should be a single concise action statement in one line less than 8 words.\n"
+        "Do not include any explanations, details, notes, or further instructions.\n"
+        "The script should consist only of the steps, and nothing else.",
+    )
+    assert group.prompts[0] == SCRIPT_PROMPT.format(question=CF_RECORD["generation_prompts"][0])
+    assert group.metrics == {template: metric for metric, template in TEXT_METRICS.items()}
+    assert group.details == (
+        {
+            "question": "How to visit the tower ?",
+            "context": {"prompt": "The tower is in", "target_true": "Paris", "target_new": "Rome", "tag": "post"},
+        },
+    )
+    kind = score_kind("scedit_coherence")  # registered by setup, sampled as the released code, 9 steps at most
+    assert kind.generation == Generation(200, do_sample=True, top_k=5, stop=("Step 10",))
+    judge = judge_named("scedit_coherence")  # the paper's by default (no request is made here)
+    assert (judge.model, judge.template, judge.scale) == ("gpt-4o-2024-11-20", "scedit_coherence", "likert7")
+
+
+def test_text_level_settings_are_checked():
+    with pytest.raises(ConfigError, match="ScEdit-T has none"):
+        ScEdit("x.json", variant="t", text_level=True)
+    with pytest.raises(ConfigError, match="leave the template out"):
+        ScEdit("x.json", text_level=True, judge={"local_lm": {"path": "m", "template": "rule_edit"}})
+    with pytest.raises(ConfigError, match="one judge and its arguments"):
+        ScEdit("x.json", text_level=True, judge={"class_path": "local_lm", "init_args": {"path": "m"}})
+    with pytest.raises(ConfigError, match="write {question} where the question goes"):
+        ScEdit("x.json", text_level=True, script_prompt="Answer: {}")
+    paper = {"openai_chat": {"model": "gpt-4o-2024-11-20"}}  # the paper's judge (appendix B.2)
+    assert ScEdit("x.json", text_level=True).judge == paper
+
+
+def test_spearman_matrix_over_the_cases_both_metrics_scored():
+    case_scores = {
+        "ES": {0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0},
+        "Coh": {0: 4.0, 1: 2.0, 2: 3.0, 3: 2.0},
+        "Comp": {0: 5.0, 2: 1.0},  # cases 1 and 3: every verdict missing
+    }
+    matrix = spearman_matrix(case_scores, ["ES", "Coh", "Comp"])
+    # ranks ES (3.5, 1.5, 3.5, 1.5), Coh (4, 1.5, 3, 1.5): deviations (1, -1, 1, -1) and (1.5, -1, 0.5, -1)
+    rho, n = matrix[0][1]
+    assert n == 4 and rho == pytest.approx(4 / math.sqrt(4 * 4.5)) and matrix[1][0] == matrix[0][1]
+    assert matrix[1][1] == (1.0, 4)
+    rho, n = matrix[0][2]
+    assert n == 2 and math.isnan(rho)  # ES is 1 on both cases Comp scored: undefined
+    assert matrix[1][2] == (pytest.approx(1.0), 2)  # Coh 4 > 3 and Comp 5 > 1
+
+
+def test_the_heatmap_is_drawn_with_the_text_level_only(tmp_path):
+    case_scores = {"ES": {0: 1.0, 1: 0.0, 2: 1.0}, "Coh": {0: 4.0, 1: 2.0, 2: 3.0}}
+    figure = ScEdit("x.json", text_level=True).figures({}, case_scores)["scedit_spearman"]
+    assert [tick.get_text() for tick in figure.axes[0].get_xticklabels()] == ["ES", "Coh"]
+    assert ScEdit("x.json").figures({}, case_scores) == {}
 
 
 def test_toy_scedit_loads_with_generation():

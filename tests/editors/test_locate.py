@@ -3,6 +3,8 @@
 docs/methods.md#locate-then-edit-machinery; the invariants checked are listed in docs/methods.md#invariants.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -311,3 +313,19 @@ def test_bad_templates_are_rejected(tiny_lm):
         optimize_target_vectors(model, tokenizer, REQUESTS, 0, module, TEMPLATES[1:], QUICK)
     with pytest.raises(ValueError, match="exactly one"):
         compute_keys(model, tokenizer, REQUESTS, 0, ["no placeholder"])
+
+
+@pytest.mark.parametrize("where", ["mlp_out", "blocks"])
+def test_prefix_reuse_and_target_logits_give_the_full_forward_values(tiny_lm, where):
+    """The default loop (blocks below the injection run once, logits only where the loss reads them) computes what
+    the reference loop (whole model, every position's logits, at every iteration) computes."""
+    model, tokenizer = tiny_lm
+    arch = resolve_architecture(model)
+    module = getattr(arch.spec, where)
+    config = TargetOptimization(v_num_grad_steps=6, v_weight_decay=1e-3, early_stop_loss=0.0)
+    fast = optimize_target_vectors(model, tokenizer, REQUESTS, 1, module, TEMPLATES, config)
+    full = optimize_target_vectors(model, tokenizer, REQUESTS, 1, module, TEMPLATES, replace(config, full_forward=True))
+    for field in ("targets", "init", "deltas", "nll", "loss"):
+        torch.testing.assert_close(getattr(fast, field), getattr(full, field), atol=1e-6, rtol=0)
+    for a, b in zip(fast.history, full.history):
+        torch.testing.assert_close(a.loss, b.loss, atol=1e-6, rtol=0)

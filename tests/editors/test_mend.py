@@ -4,6 +4,8 @@ Everything runs on the tiny random GPT-2 (Conv1D) and LLaMA (Linear) models of `
 """
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -11,10 +13,11 @@ import pytest
 import torch
 import yaml
 from lightning import Trainer, seed_everything
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from transformers import AutoModelForCausalLM, GPT2Config, GPTJConfig, LlamaConfig
 
-from lightning_edit.cli import build_cli
+from lightning_edit.cli import InterruptCheckpoint, build_cli
 from lightning_edit.data import EditTraining
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import MEND
@@ -228,6 +231,50 @@ def test_resumed_fit_matches_uninterrupted(tiny_model_dir, tmp_path):
     expected = network_state(uninterrupted)
     for key, value in network_state(resumed).items():
         torch.testing.assert_close(value, expected[key], rtol=0, atol=0, msg=key)
+
+
+class SigtermAt(Callback):
+    """Sends this process SIGTERM at the end of training batch ``batch`` (counted from 1, across epochs)."""
+
+    def __init__(self, batch: int):
+        self.batch = batch
+
+    def on_train_batch_end(self, trainer: Trainer, module: MEND, *args) -> None:
+        if module.batches_seen == self.batch:
+            os.kill(os.getpid(), signal.SIGTERM)  # the trainer's handler notes it; the fit stops after this batch
+
+
+@pytest.mark.parametrize("stop", [3, 5, 10], ids=["mid-epoch", "epoch-end-mid-accumulation", "epoch-end"])
+def test_fit_stopped_by_sigterm_resumes_bit_identically(tiny_model_dir, tmp_path, stop):
+    """SIGTERM mid-epoch, between two batches of an accumulation, or after an epoch's last batch: the resumed fit
+    (``interrupted.ckpt``) ends with the network of the uninterrupted fit, bit for bit."""
+    kwargs = dict(lr=1e-2, lr_lr=1e-2, accumulate=2)
+    data_args = dict(limit=5, val_size=2, seed=3)  # 5 batches per epoch, a step every 2: 14 batches in 7 steps
+
+    seed_everything(0)
+    uninterrupted = mend(tiny_model_dir, **kwargs)
+    fit(uninterrupted, ToyEditTraining(**data_args), tmp_path / "a", max_steps=7, enable_checkpointing=False)
+
+    seed_everything(0)
+    stopped = mend(tiny_model_dir, **kwargs)
+    with pytest.raises(SIGTERMException):
+        fit(
+            stopped,
+            ToyEditTraining(**data_args),
+            tmp_path / "b",
+            max_steps=7,
+            callbacks=[SigtermAt(stop), InterruptCheckpoint()],
+        )
+    assert stopped.batches_seen == stop
+
+    seed_everything(1)  # the resumed run must not depend on the global seed
+    resumed = mend(tiny_model_dir, **kwargs)
+    checkpoint = str(tmp_path / "b" / "interrupted.ckpt")
+    fit(resumed, ToyEditTraining(**data_args), tmp_path / "c", ckpt_path=checkpoint, max_steps=7)
+    assert resumed.batches_seen == uninterrupted.batches_seen == 14
+    expected = network_state(uninterrupted)
+    for key, value in network_state(resumed).items():
+        assert torch.equal(value, expected[key]), key
 
 
 @pytest.mark.skipif(not SHARED_COUNTERFACT.is_dir(), reason="../shared/data/counterfact is absent")

@@ -84,9 +84,9 @@ def test_rect_on_memit_sparsifies_every_layer_update():
     )
     rect = RECT(TINY, base="memit", keep_fraction=0.3, **common)
     assert isinstance(rect, MEMIT)
-    calls = recorded(rect, "solve")
+    calls = recorded(rect, "written_update")
     undo = rect.edit([REQUEST, EditRequest("{} speaks", "Danielle Darrieux", "English")])
-    assert [args[0] for args, _ in calls] == [0, 1]
+    assert len(calls) == 2  # one update per edited layer
     for _, delta in calls:
         assert (delta != 0).sum() == math.ceil(0.3 * delta.numel())
     rect.undo(undo)

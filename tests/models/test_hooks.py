@@ -6,6 +6,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, GPTJConfig, GPTJForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from lightning_edit.models import Trace, hidden_states, replace_hidden_states, resolve_architecture
+from lightning_edit.models.hooks import PrefixReuse
 
 TOKENS = dict(vocab_size=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 FAMILIES = ["gpt2", "gptj", "llama"]  # GPT-2 and LLaMA blocks return a tensor, GPT-J blocks a tuple
@@ -177,3 +178,25 @@ def test_unknown_module_name_is_a_clear_error():
         Trace(model, ["transformer.h.7"])
     with pytest.raises(AttributeError, match="nope"):
         Trace(model, ["transformer.h.0"], stop_after="nope")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_prefix_reuse_replays_the_blocks_below_bit_identically(family, input_ids):
+    model = build(family)
+    arch = resolve_architecture(model)
+    blocks = [arch.module(arch.spec.blocks, i) for i in range(arch.num_layers)]
+    mask = torch.ones_like(input_ids)
+    mask[0, -2:] = 0  # a padded row
+    reuse = PrefixReuse(blocks, 1)
+    calls = []
+    mlp = arch.module(arch.spec.mlp, 0)
+    mlp.register_forward_hook(lambda *_: calls.append(1))
+    with torch.no_grad():
+        for _ in range(3):
+            with reuse:
+                logits = model(input_ids=input_ids, attention_mask=mask).logits
+            assert torch.equal(logits, model(input_ids=input_ids, attention_mask=mask).logits)
+    assert len(calls) == 1 + 3  # block 0 ran in the first reused forward and in the three plain ones only
+    mlp._forward_hooks.clear()
+    assert_no_hooks(model)
+    assert all("forward" not in vars(block) for block in blocks)

@@ -1,7 +1,13 @@
 import pytest
 import torch
 
-from lightning_edit.models.tokenization import encode_prompt, encode_prompt_target, format_prompt, pad
+from lightning_edit.models.tokenization import (
+    encode_prompt,
+    encode_prompt_target,
+    encode_prompt_targets,
+    format_prompt,
+    pad,
+)
 
 
 def test_target_has_leading_space_and_no_bos(tiny_lm):
@@ -44,3 +50,16 @@ def test_chat_template_needs_a_template(tiny_lm):
     assert format_prompt(tokenizer, "Hi", chat_template=False) == "Hi"
     with pytest.raises(ValueError, match="no chat template"):
         format_prompt(tokenizer, "Hi", chat_template=True)
+
+
+def test_batched_encoding_gives_the_ids_of_one_at_a_time(tiny_lm):
+    _, tokenizer = tiny_lm
+    prompts = ["The capital of France is", tokenizer.bos_token + "Hello", "A", "Paris", "x"]
+    targets = ["Paris", "world", " ", "London and Rome", ""]
+    for prompt, target, result in zip(prompts, targets, encode_prompt_targets(tokenizer, prompts, targets)):
+        try:
+            expected = encode_prompt_target(tokenizer, prompt, target)
+        except ValueError as error:
+            assert isinstance(result, ValueError) and str(result) == str(error)
+        else:
+            assert result == expected

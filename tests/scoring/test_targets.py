@@ -3,7 +3,9 @@ import math
 import pytest
 import torch
 
+from lightning_edit.models.tokenization import pad
 from lightning_edit.scoring import agreement, prefers, score_targets
+from lightning_edit.scoring.targets import logits_at, padded_offset
 
 PROMPTS = [
     "The capital of France is",
@@ -53,3 +55,17 @@ def test_prefers_and_agreement(tiny_lm):
 def test_mismatched_lengths_are_an_error(tiny_lm):
     with pytest.raises(ValueError, match="2 prompts but 1 targets"):
         score_targets(*tiny_lm, ["a", "b"], ["c"])
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_logits_at_equal_the_full_logits_there(tiny_lm, padding_side):
+    """The unembedding applied only at the scored positions gives the logits the whole forward gives there."""
+    model, tokenizer = tiny_lm
+    sequences = [tokenizer("The capital of France is Paris.")["input_ids"], tokenizer("Hello")["input_ids"]]
+    input_ids, attention_mask, position_ids = pad(sequences, tokenizer.pad_token_id, padding_side)
+    with torch.no_grad():
+        full = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        rows = [0, 0, 1]
+        positions = [padded_offset(sequences, r, padding_side) + p for r, p in zip(rows, [0, 4, len(sequences[1]) - 1])]
+        selected = logits_at(model, tokenizer, sequences, rows, positions, padding_side)
+    torch.testing.assert_close(selected, full[rows, positions], atol=1e-6, rtol=0)

@@ -1,0 +1,99 @@
+"""Cases per second of the ``single`` protocol, end to end, on the three paths (not a test).
+
+    python benchmarks/single_protocol.py --threads 1                   # ROME and MEMIT, toy GPT-2, 100 toy cases
+    python benchmarks/single_protocol.py --methods alphaedit --model toy-llama --batch-size 100
+
+For each method, three ``lightning-edit validate`` runs in this process (``build_cli``, so the clock covers the whole
+command after Python's imports: model loading, Trainer set-up, editing, scoring and reports) on the same cases:
+
+1. ``reference``: one case at a time, written and undone, and the v*/z loop of the reference computation (the
+   whole model at every step, every position's logits): ``--model.batched_single=false
+   --model.target.full_forward=true``;
+2. ``one at a time``: the same, with the default v*/z loop (blocks below the injection once, logits only at the
+   target and KL positions);
+3. ``batched``: the default, the cases of a data batch (``--batch-size``) optimised together and scored in one
+   pass where each case's rows see its own low-rank update.
+
+The scorer computes logits only where it scores on every path. The statistics cache and the context templates are
+warmed first by a short run. The script checks that every path gives every case the same scores (cases.jsonl) and
+prints cases/s and each path's speed-up over the reference.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
+
+import torch  # noqa: E402
+
+from lightning_edit.cli import build_cli  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PATHS = {
+    "reference": ["--model.batched_single=false", "--model.target.full_forward=true"],
+    "one at a time": ["--model.batched_single=false"],
+    "batched": [],
+}
+METHOD_FLAGS = {"alphaedit": ["--model.nullspace_threshold=0.5", "--model.l2=1"]}  # docs/toy-presets.md
+
+
+def run(method: str, args, limit: int, flags: list[str], directory: Path) -> tuple[float, list[dict]]:
+    """Seconds of one validate command, and its per-case scores."""
+    cli_args = [
+        f"--config={ROOT / 'configs/methods' / method}.yaml",
+        f"--config={ROOT / 'configs/models' / args.model}.yaml",
+        f"--config={ROOT / 'configs/benchmarks/counterfact.yaml'}",
+        "--data.path=builtin:data/toy/counterfact.json",
+        f"--data.limit={limit}",
+        f"--data.batch_size={args.batch_size}",
+        f"--trainer.default_root_dir={directory}",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        *METHOD_FLAGS.get(method, []),
+        *flags,
+    ]
+    print("lightning-edit validate " + " ".join(cli_args), file=sys.stderr)
+    start = time.perf_counter()
+    build_cli(["validate", *cli_args])
+    seconds = time.perf_counter() - start
+    cases = [json.loads(line) for line in (directory / "cases.jsonl").read_text().splitlines()]
+    return seconds, [{"case_id": case["case_id"], "scores": case["scores"]} for case in cases]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
+    parser.add_argument("--methods", nargs="+", default=["rome", "memit"], help="configs/methods/<method>.yaml")
+    parser.add_argument("--limit", type=int, default=100, help="the first cases of the toy CounterFact file")
+    parser.add_argument("--batch-size", type=int, default=32, help="--data.batch_size: cases edited together")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    root = args.root or Path(tempfile.mkdtemp(prefix="single_protocol_"))
+    rows = []
+    for method in args.methods:
+        run(method, args, 4, [], root / f"{method}-warm-up")  # statistics, templates
+        timings, scores = {}, {}
+        for path, flags in PATHS.items():
+            timings[path], scores[path] = run(method, args, args.limit, flags, root / f"{method}-{path}")
+        equal = all(scores[path] == scores["reference"] for path in PATHS)
+        for path in PATHS:
+            seconds = timings[path]
+            rows.append((method, path, seconds, args.limit / seconds, timings["reference"] / seconds, equal))
+    print(f"\n{args.model}, {args.limit} toy CounterFact cases, single protocol, data.batch_size {args.batch_size}, "
+          f"threads {torch.get_num_threads()} (runs in {root})\n")  # fmt: skip
+    print("| method | path | seconds | cases/s | speed-up | per-case scores equal to the reference |")
+    print("|---|---|---|---|---|---|")
+    for method, path, seconds, rate, speedup, equal in rows:
+        print(f"| {method} | {path} | {seconds:.1f} | {rate:.2f} | {speedup:.2f}x | {'yes' if equal else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()
