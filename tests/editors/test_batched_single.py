@@ -122,3 +122,29 @@ def test_batched_and_one_at_a_time_give_the_same_case_scores(tmp_path, method):
         return [json.loads(line)["scores"] for line in (directory / "cases.jsonl").read_text().splitlines()]
 
     assert case_scores(True) == case_scores(False)
+
+
+def test_runners_without_routing_run_once_per_owner(tiny_lm):
+    """Generation (a runner that knows no owners) runs per owner, each on its own update, as on written weights."""
+    from lightning_edit.scoring.kinds import Sample, run_requests
+
+    model, tokenizer = tiny_lm
+    arch = resolve_architecture(model)
+    name = arch.layer_name(arch.spec.mlp_out, 1)
+    generator = torch.Generator().manual_seed(1)
+    change = LowRankUpdate(torch.randn(arch.hidden_size, 1, generator=generator),
+                           torch.randn(arch.mlp_hidden_size, 1, generator=generator))  # fmt: skip
+    request = Sample("The capital of France is", seed=0, max_length=12, top_k=1)
+    rows = RowUpdates(model, 2)
+    rows.add(0, name, change)
+    with rows:
+        texts = run_requests(model, tokenizer, [request, request], 4, owners=[0, 1])
+    unedited = run_requests(model, tokenizer, [request], 4)[request]
+    module = arch.module(name)
+    saved = module.weight.detach().clone()
+    with torch.no_grad():
+        module.weight += from_linear(change.matrix().to(saved.dtype), arch.weight_layout(module))
+    edited = run_requests(model, tokenizer, [request], 4)[request]
+    with torch.no_grad():
+        module.weight.copy_(saved)
+    assert texts[0, request] == edited and texts[1, request] == unedited and edited != unedited
