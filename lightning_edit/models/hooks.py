@@ -37,6 +37,15 @@ def replace_hidden_states(output: Any, new: torch.Tensor) -> Any:
     return type(output)([new, *output[1:]])
 
 
+def module_input(args: tuple, kwargs: dict[str, Any], name: str = "a block") -> torch.Tensor:
+    """The input hidden states of a module call: its first positional tensor, else its ``hidden_states`` keyword."""
+    if args and isinstance(args[0], torch.Tensor):
+        return args[0]
+    if isinstance(kwargs.get("hidden_states"), torch.Tensor):
+        return kwargs["hidden_states"]
+    raise ValueError(f"Cannot find the input of {name}: no positional tensor and no hidden_states keyword.")
+
+
 class _StopForward(Exception):
     """Raised after the ``stop_after`` module of a :class:`Trace`; swallowed by that trace on exit."""
 
@@ -112,12 +121,7 @@ class Trace:
         return tensor.detach() if self._detach else tensor
 
     def _on_input(self, name: str, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-        if args and isinstance(args[0], torch.Tensor):
-            self.inputs[name] = self._keep(args[0])
-        elif isinstance(kwargs.get("hidden_states"), torch.Tensor):
-            self.inputs[name] = self._keep(kwargs["hidden_states"])
-        else:
-            raise ValueError(f"Cannot find the input of {name!r}: no positional tensor and no hidden_states keyword.")
+        self.inputs[name] = self._keep(module_input(args, kwargs, repr(name)))
 
     def _on_output(self, name: str, module: nn.Module, args: tuple, output: Any) -> Any:
         if self._edit_output is not None:
@@ -131,14 +135,6 @@ class Trace:
 
     def _stop(self, module: nn.Module, args: tuple, output: Any) -> None:
         raise _StopForward(self)
-
-
-def _block_input(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor:
-    if args and isinstance(args[0], torch.Tensor):
-        return args[0]
-    if isinstance(kwargs.get("hidden_states"), torch.Tensor):
-        return kwargs["hidden_states"]
-    raise ValueError("Cannot find a block's input: no positional tensor and no hidden_states keyword.")
 
 
 class PrefixReuse:
@@ -190,13 +186,13 @@ class PrefixReuse:
         self._handles.clear()
 
     def _record(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
-        self.hidden = _block_input(args, kwargs).detach()
+        self.hidden = module_input(args, kwargs).detach()
 
     def _record_form(self, module: nn.Module, args: tuple, output: Any) -> None:
         self._tuple_output = not isinstance(output, torch.Tensor)
 
     def _pass_through(self, *args: Any, **kwargs: Any) -> Any:
-        hidden = _block_input(args, kwargs)
+        hidden = module_input(args, kwargs)
         return (hidden,) if self._tuple_output else hidden
 
     def _replay(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
