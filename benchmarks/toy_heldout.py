@@ -1,6 +1,7 @@
 """Held-out toy edits, the development sets the toy presets' values were chosen on (not tests).
 
-    python benchmarks/toy_heldout.py /tmp/toy_dev     # writes bake_dev.json (517 edits), counterfact_dev.json (200)
+    python benchmarks/toy_heldout.py /tmp/toy_dev     # writes bake_dev.json (517 edits), counterfact_dev.json (200),
+                                                      # ruleedit_dev/ (rule edits for the toy rule model)
     lightning-edit validate --config configs/methods/rome.yaml --config configs/models/toy-llama.yaml \\
         --config configs/benchmarks/bake.yaml --data.path /tmp/toy_dev/bake_dev.json
 
@@ -11,6 +12,11 @@ pair of the shipped BAKE or CounterFact files, so no shipped test edit is tuned 
   edit of each (subject, relation, new object);
 - ``counterfact_dev.json``: the first 100 records of ``ToyWorld.counterfact_records`` with the seed
   ``world.seed + 1000``, then the first 100 with ``world.seed + 2000`` of a pair not drawn yet.
+
+The toy rule model knows only the 79 rules, so its held-out set (``ruleedit_dev/``, the RuleEdit-200 format) edits
+the same prompts towards other targets: each rule's formula becomes the next rule of its shape's right-hand side under
+its own left-hand symbol ("A = x * y." -> "A = 2 * (x + y)."), its description that rule's description; no edit is
+the shipped counterfactual. Only Rel, Gen and Loc of this set mean anything (IP and RU keep the shipped targets).
 """
 
 import argparse
@@ -19,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lightning_edit.data.base import read_records
+from lightning_edit.resources import resolve_path
 from lightning_edit.toy.world import ToyWorld, load_toy_world
 
 SHIPPED = ("builtin:data/toy/bake_qa.json", "builtin:data/toy/counterfact.json")
@@ -52,6 +59,38 @@ def heldout_counterfact(world: ToyWorld, taken: set[tuple[str, str]], per_draw: 
     return records
 
 
+def heldout_ruleedit(out: Path, shipped: str = "builtin:data/ruleedit") -> int:
+    """Write ``out/<rule>/f_d.json`` and ``ins.json``: the shipped rule records with held-out formula and description
+    targets (see the module); returns the number of rules written."""
+    folders = sorted((f for f in resolve_path(shipped).iterdir() if f.name.isdigit()), key=lambda f: int(f.name))
+    records = {f: json.loads((f / "f_d.json").read_text(encoding="utf-8")) for f in folders}
+    by_shape: dict[str, list[Path]] = {}
+    for folder in folders:
+        by_shape.setdefault(records[folder][0]["subject"], []).append(folder)
+    written = 0
+    for shape, members in by_shape.items():
+        for i, folder in enumerate(members[:-1] if len(members) == 2 else members):
+            other = records[members[(i + 1) % len(members)]]
+            formula, description = records[folder]
+            symbol = formula["ground_truth"][0].split("=")[0].strip()
+            targets = (
+                f"{symbol} = {other[0]['ground_truth'][0].split('=', 1)[1].strip()}",
+                other[1]["ground_truth"][0],
+            )
+            edited = []
+            for record, target in zip((formula, description), targets):
+                if target in (record["target_new"], record["ground_truth"][0]):
+                    break
+                edited.append({**record, "target_new": target})
+            if len(edited) < 2 or len(members) < 2:
+                continue
+            (out / folder.name).mkdir(parents=True, exist_ok=True)
+            (out / folder.name / "f_d.json").write_text(json.dumps(edited, indent=1), encoding="utf-8")
+            (out / folder.name / "ins.json").write_text((folder / "ins.json").read_text(encoding="utf-8"), "utf-8")
+            written += 1
+    return written
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="the directory to write the files to")
@@ -63,6 +102,7 @@ def main() -> None:
     for name, records in files.items():
         (args.out / name).write_text(json.dumps(records, indent=1), encoding="utf-8")
         print(f"{len(records)} held-out toy edits -> {args.out / name}")
+    print(f"{heldout_ruleedit(args.out / 'ruleedit_dev')} held-out toy rules -> {args.out / 'ruleedit_dev'}")
 
 
 if __name__ == "__main__":

@@ -116,12 +116,15 @@ class EditCase:
         requests: the edit requests; most benchmarks have exactly one.
         groups: named prompt groups, e.g. ``{"rewrite": ..., "paraphrase": ..., "neighborhood": ...}``.
         source: where the record came from (``file#index``), for error messages and reports.
+        in_turn: apply the requests one editor call each, in order, each on the model the previous ones edited
+            (sequential editing within the case), rather than in one call.
     """
 
     case_id: int
     requests: tuple[EditRequest, ...]
     groups: dict[str, PromptGroup] = field(hash=False)
     source: str = ""
+    in_turn: bool = False
 
     @property
     def metric_names(self) -> list[str]:

@@ -16,6 +16,9 @@ the edited parameters; an editor that adds modules or adapters returns one that 
   evaluate" protocol), and, for each n in ``eval_at``, the first n cases are also scored right after the n-th
   edit (reported as ``<metric>@<n>``, the retention curve). Every edit is undone after the run.
 
+Under every protocol, the requests of a case marked ``in_turn`` (RULE-EDIT's instance editing) are applied one editor
+call each, in order; other cases' requests go to the editor together.
+
 ``edit_batch_size`` belongs to ``sequential`` (and ``fit``); under ``batch`` the number of cases edited together is
 ``data.batch_size``, so any other ``edit_batch_size`` there (or under ``single``) is an error, not ignored.
 
@@ -231,11 +234,15 @@ class EditorModule(LightningModule, ABC):
         self.prepare_statistics()
 
     @contextmanager
-    def edits_applied(self, requests: list[EditRequest]) -> Iterator[None]:
-        """The requests applied for the duration of the block, undone afterwards (also on an exception)."""
+    def edits_applied(
+        self, requests: list[EditRequest], calls: list[list[EditRequest]] | None = None
+    ) -> Iterator[None]:
+        """The requests applied for the duration of the block (in one editor call, or in ``calls``), undone
+        afterwards (also on an exception)."""
         undo = self.prepare_undo(requests)
         try:
-            self.apply_edits(requests)
+            for call in calls or [requests]:
+                self.apply_edits(call)
             yield
         finally:
             self.undo(undo)
@@ -246,6 +253,17 @@ class EditorModule(LightningModule, ABC):
     @staticmethod
     def _requests(cases: list[EditCase]) -> list[EditRequest]:
         return [request for case in cases for request in case.requests]
+
+    @staticmethod
+    def _editor_calls(cases: list[EditCase]) -> list[list[EditRequest]]:
+        """The requests of ``cases`` as editor calls: together, except those of an ``in_turn`` case, one per call."""
+        calls: list[list[EditRequest]] = [[]]
+        for case in cases:
+            if case.in_turn:
+                calls += [[request] for request in case.requests] + [[]]
+            else:
+                calls[-1] += case.requests
+        return [call for call in calls if call]
 
     def _scorer(self) -> CaseScorer:
         return CaseScorer(self.model, self.tokenizer, self.scoring)
@@ -270,7 +288,8 @@ class EditorModule(LightningModule, ABC):
         with self._progress(len(cases), description) as bar:
             for start in range(0, len(cases), self.edit_batch_size):
                 chunk = cases[start : start + self.edit_batch_size]
-                self.apply_edits(self._requests(chunk))
+                for call in self._editor_calls(chunk):
+                    self.apply_edits(call)
                 bar.update(len(chunk))
                 applied = start + len(chunk)
                 stop = self.trainer.received_sigterm or stop_requested() is not None
@@ -415,7 +434,8 @@ class EditorModule(LightningModule, ABC):
             return
         reference = scorer.reference(batch)
         self._update_metrics(scorer.score_unedited(batch, reference, self.scoring.pre_edit))
-        if self.protocol == "single" and self.edits_weights and self.batched_single:
+        in_turn = any(case.in_turn for case in batch)  # low-rank edits of the unedited model cannot chain
+        if self.protocol == "single" and self.edits_weights and self.batched_single and not in_turn:
             rows = self.low_rank_edits([case.requests for case in batch])
             if rows is not None:
                 with rows:
@@ -427,7 +447,7 @@ class EditorModule(LightningModule, ABC):
         else:
             edit_groups = [batch]
         for cases in edit_groups:
-            with self.edits_applied(self._requests(cases)):
+            with self.edits_applied(self._requests(cases), self._editor_calls(cases)):
                 scores = scorer.score(cases, reference, self._contexts)
             self._update_metrics(scores)
 

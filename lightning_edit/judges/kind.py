@@ -46,6 +46,8 @@ class Generation:
         top_k: top-k of sampling.
         temperature: temperature of sampling.
         stop: the answer ends before the first of these.
+        per_expected_token: ``max_new_tokens`` counts per token of the expected answer (``len(tokenizer.encode
+            (expected))`` new tokens each; DMLE's ``rule_edit`` generation: 3 per token).
     """
 
     max_new_tokens: int = 64
@@ -53,11 +55,15 @@ class Generation:
     top_k: int | None = None
     temperature: float = 1.0
     stop: tuple[str, ...] = ("\n",)
+    per_expected_token: bool = False
 
 
 @dataclass(frozen=True)
 class Generate(Request):
-    """A continuation of ``prompt`` (greedy unless ``do_sample``), cut before the first stop string -> str."""
+    """A continuation of ``prompt`` (greedy unless ``do_sample``), cut before the first stop string -> str.
+
+    With ``per_token_of``, the budget is ``max_new_tokens`` per token of that text (``len(tokenizer.encode(text))``).
+    """
 
     prompt: str
     max_new_tokens: int
@@ -66,6 +72,7 @@ class Generate(Request):
     temperature: float = 1.0
     seed: int = 0
     stop: tuple[str, ...] = ()
+    per_token_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,8 @@ def _run_generate(model, tokenizer, requests: list[Generate], batch_size: int) -
     texts: dict[Generate, str] = {}
     calls: dict[tuple, list[Generate]] = {}
     for r in requests:
-        calls.setdefault((r.max_new_tokens, r.do_sample, r.top_k, r.temperature, r.seed, r.stop), []).append(r)
+        budget = r.max_new_tokens * (len(tokenizer.encode(r.per_token_of)) if r.per_token_of is not None else 1)
+        calls.setdefault((budget, r.do_sample, r.top_k, r.temperature, r.seed, r.stop), []).append(r)
     for (max_new_tokens, do_sample, top_k, temperature, seed, stop), group in calls.items():
         outputs = generate(
             model, tokenizer, [r.prompt for r in group], max_new_tokens=max_new_tokens, do_sample=do_sample,
@@ -119,39 +127,62 @@ class JudgedKind(ScoreKind):
         name: the kind's name (and the name its judge is registered under).
         generation: how the answer is generated.
         label: a short label for tables (default: ``judged (<judge class>)``).
+        against_unedited: the reference is the unedited model's answer to the prompt (generated the same way), not
+            the expected answer: a locality that asks whether the answer stayed the same.
     """
 
-    def __init__(self, name: str, generation: Generation, label: str | None = None):
+    def __init__(self, name: str, generation: Generation, label: str | None = None, against_unedited: bool = False):
         judge = judge_named(name)
-        self.name, self.generation = name, generation
+        self.name, self.generation, self.against_unedited = name, generation, against_unedited
         self.label = label or f"judged ({type(judge).__name__})"
         how = "sampled" if generation.do_sample else "greedy"
+        per = " per token of the expected answer" if generation.per_expected_token else ""
+        reference = "the unedited model's answer" if against_unedited else "the expected answer"
         self.convention = (
-            f"{how} answer of at most {generation.max_new_tokens} new tokens, cut at {list(generation.stop)}, "
-            f"judged by {type(judge).__name__}: {judge.convention}; missing verdicts are left out (n_missing)"
+            f"{how} answer of at most {generation.max_new_tokens} new tokens{per}, cut at {list(generation.stop)}, "
+            f"judged against {reference} by {type(judge).__name__}: {judge.convention}; missing verdicts are left "
+            "out (n_missing)"
         )
 
-    def requests(self, item: PromptItem, config: Any) -> list[Request]:
+    def _generate(self, item: PromptItem, prompt: str, config: Any) -> Generate:
         g = self.generation
         seed = config.seed + item.case_id if g.do_sample else 0
-        generation = Generate(item.prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop)
-        references = item.details.get("references", item.expected)
-        references = (references,) if isinstance(references, str) else tuple(references)
-        context = tuple(sorted((k, str(v)) for k, v in item.details.get("context", {}).items()))
-        return [Judged(self.name, generation, item.details.get("question", item.bare_prompt), references, context)]
+        per_token_of = item.expected if g.per_expected_token else None
+        return Generate(prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop, per_token_of)
 
-    def value(self, item: PromptItem, current: list[Verdict], unedited: list) -> float | None:
-        return current[0].score
+    def _input(self, item: PromptItem, references: str | tuple[str, ...], prediction: str) -> JudgeInput:
+        context = {k: str(v) for k, v in item.details.get("context", {}).items()}
+        return JudgeInput.of(item.details.get("question", item.bare_prompt), references, prediction, context)
+
+    def requests(self, item: PromptItem, config: Any) -> list[Request]:
+        generation = self._generate(item, item.prompt, config)
+        if self.against_unedited:
+            return [generation]
+        judged = self._input(item, item.details.get("references", item.expected), "")
+        return [Judged(self.name, generation, judged.question, judged.references, judged.context)]
+
+    def reference_requests(self, item: PromptItem, config: Any) -> list[Request]:
+        return [self._generate(item, item.bare_prompt, config)] if self.against_unedited else []
+
+    def value(self, item: PromptItem, current: list, unedited: list) -> float | None:
+        if not self.against_unedited:
+            return current[0].score
+        (verdict,) = judge_named(self.name).judge([self._input(item, unedited[0].strip(), current[0].strip())])
+        return verdict.score
 
 
 def register_judged_kind(
-    name: str, judge: str | Mapping[str, Any] | Judge, generation: Generation | None = None, label: str | None = None
+    name: str,
+    judge: str | Mapping[str, Any] | Judge,
+    generation: Generation | None = None,
+    label: str | None = None,
+    against_unedited: bool = False,
 ) -> JudgedKind:
     """Register the score kind ``name``: answers generated with ``generation``, judged by ``judge`` (an instance,
-    a short name, a class path or ``{"class_path": ..., "init_args": {...}}``); registering a name again replaces
-    its judge."""
+    a short name, a class path or ``{"class_path": ..., "init_args": {...}}``) against the expected answer or, with
+    ``against_unedited``, the unedited model's answer; registering a name again replaces its judge."""
     _JUDGES[name] = build_judge(judge)
-    kind = JudgedKind(name, generation or Generation(), label)
+    kind = JudgedKind(name, generation or Generation(), label, against_unedited)
     register_kind(kind)
     return kind
 

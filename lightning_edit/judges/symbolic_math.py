@@ -16,15 +16,18 @@ Decisions:
   (``Area = lw`` does not answer ``A = lw``). Equations the solver cannot handle are equivalent when their
   ``lhs - rhs`` are proportional. An expression answer to an equation reference (``πr^2`` for ``A = πr^2``) is
   read as giving the reference's quantity;
-- a numeric reference is compared with the final number of the prediction (a step-by-step answer's last result:
+- a numeric reference (or a worked one, ``P = 2 * (4 + 3) = 14``: its final number) is compared with the final
+  number of the prediction (a step-by-step answer's last result:
   ``\\boxed{}``, else the value after the last ``=``, else the last number not in an exponent), within ``rel_tol``
   and ``abs_tol`` (``math.isclose``); the same tolerance applies at the random points, so ``3.14d`` matches ``πd``
   with the default 1e-3.
 
 A prediction that cannot be parsed scores 0 with the reason; a reference that cannot be parsed gives a missing
-verdict (the benchmark's fault, not the model's). Nothing raises. sympy's parser evaluates its text as Python, so a
-text is first restricted to formula characters (no quotes, brackets, attribute dots, ``__`` or Python keywords)
-and parsed with a namespace of sympy's functions only: every other name becomes a symbol.
+verdict (the benchmark's fault, not the model's); so does a reference in words (three words in a row and no ``=``: a
+rule's description, which sympy would read as a product of letters), unless ``prose_references`` asks for exact
+match. Nothing raises. sympy's parser evaluates its text as Python, so a text is first restricted to formula
+characters (no quotes, brackets, attribute dots, ``__`` or Python keywords) and parsed with a namespace of sympy's
+functions only: every other name becomes a symbol.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import keyword
 import math
 import random
 import re
-from typing import Any
+from typing import Any, Literal
 
 import sympy
 from sympy.parsing.sympy_parser import (
@@ -46,6 +49,7 @@ from sympy.parsing.sympy_parser import (
 )
 
 from lightning_edit.judges.base import Judge, JudgeInput, Verdict
+from lightning_edit.judges.exact_match import normalize_answer
 
 _FUNCTIONS = {
     "sqrt": sympy.sqrt, "cbrt": sympy.cbrt, "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan, "exp": sympy.exp,
@@ -72,6 +76,7 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _NUMBER = re.compile(r"(?<![\^\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+(?![\d.]))?")
 _EQUATION = re.compile(r"[A-Za-z]\w*(?:\^\d+|[²³])?\s*=\s*[^=\n]+?(?=\s*(?:[.;](?:\s|$)|,\s+[a-z]|\n|$))")
 _MAX_LENGTH = 300
+_PROSE = re.compile(r"[A-Za-z]{2,}\s+[A-Za-z]{2,}\s+[A-Za-z]{2,}")  # three words in a row: a description
 
 
 class UnparsableError(ValueError):
@@ -213,6 +218,8 @@ class SymbolicMathJudge(Judge):
         abs_tol: absolute tolerance of the same.
         n_points: random points of the numeric check.
         seed: seed of the random points.
+        prose_references: a reference in words (a rule's description), which sympy cannot read, gives a
+            ``missing`` verdict, or is compared by ``exact_match`` (SQuAD normalisation).
     """
 
     convention = "1 if the answer is equivalent to a reference by sympy (simplification, else random points)"
@@ -223,13 +230,25 @@ class SymbolicMathJudge(Judge):
         abs_tol: float = 1e-6,
         n_points: int = 8,
         seed: int = 0,
+        prose_references: Literal["missing", "exact_match"] = "missing",
         cache_dir: str | None = None,
     ):
         super().__init__(cache_dir)
+        if prose_references not in ("missing", "exact_match"):
+            raise ValueError(f"prose_references={prose_references!r}: one of missing, exact_match")
         self.rel_tol, self.abs_tol, self.n_points, self.seed = rel_tol, abs_tol, n_points, seed
+        self.prose_references = prose_references
+        if prose_references == "exact_match":
+            self.convention += "; a reference in words by SQuAD exact match"
 
     def settings(self) -> dict[str, Any]:
-        return {"rel_tol": self.rel_tol, "abs_tol": self.abs_tol, "n_points": self.n_points, "seed": self.seed}
+        return {
+            "rel_tol": self.rel_tol,
+            "abs_tol": self.abs_tol,
+            "n_points": self.n_points,
+            "seed": self.seed,
+            "prose_references": self.prose_references,
+        }
 
     def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
         return [self._verdict(item) for item in items]
@@ -237,8 +256,15 @@ class SymbolicMathJudge(Judge):
     def _verdict(self, item: JudgeInput) -> Verdict:
         reasons = []
         for reference in item.references:
+            if _PROSE.search(reference) and "=" not in reference:  # words, which sympy would read as symbols
+                if self.prose_references == "missing":
+                    return Verdict(None, f"reference {reference!r} is words, not a formula or number")
+                if normalize_answer(item.prediction) == normalize_answer(reference):
+                    return Verdict(1.0, f"matches the reference in words {reference!r}")
+                reasons.append(f"does not match the reference in words {reference!r}")
+                continue
             try:
-                expected = parse(reference)
+                expected = _reference(reference)
             except UnparsableError as error:
                 return Verdict(None, f"reference {reference!r} cannot be parsed: {error}")
             try:
@@ -320,6 +346,17 @@ class SymbolicMathJudge(Judge):
         if ratio.free_symbols or ratio == 0:
             return False, "the equations are not proportional"
         return True, f"the equations are proportional (factor {ratio})"
+
+
+def _reference(text: str) -> sympy.Expr | sympy.Eq:
+    """A reference as :func:`parse` reads it; a worked answer (``P = 2 * (4 + 3) = 14``, ``s = ...; A = ...``) is
+    its final number."""
+    try:
+        return parse(text)
+    except UnparsableError:
+        if text.count("=") < 2 or (value := final_number(text)) is None:
+            raise
+        return sympy.Float(value) if value != int(value) else sympy.Integer(int(value))
 
 
 def _quantity(formula: sympy.Expr | sympy.Eq) -> sympy.Symbol | None:

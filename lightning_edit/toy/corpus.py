@@ -104,83 +104,38 @@ class LengthGroupedBatches(Sampler[list[int]]):
         yield from batches
 
 
-class ToyCorpus(LightningDataModule):
-    """The toy world's training corpus, tokenized by a tokenizer trained on it, for causal-LM pretraining.
+class TextCorpus(LightningDataModule):
+    """Training text (:attr:`corpus`, one item per sequence), tokenized by a tokenizer trained on it, for causal-LM
+    pretraining: the base of :class:`ToyCorpus` and :class:`~lightning_edit.toy.rule_corpus.RuleCorpus`.
 
-    Batches are dicts of ``input_ids``, ``attention_mask`` (right padding) and ``labels`` (-100 on padding).
-
-    Args:
-        seed: the world seed: names, facts, the bidirectional/forward-only split and the corpus order.
-        n_people: people in the world (subjects of the person relations).
-        n_countries: countries (objects of citizenship, subjects of capital).
-        n_cities: cities.
-        n_companies: companies.
-        n_objects: household objects.
-        n_languages: languages.
-        inverse_fraction: share of each one-to-one relation's facts that the corpus also states inversely
-            (bidirectional); the rest are forward-only.
-        scripts: also train on each fact rendered in its relation's first how-to script.
-        biographies: biographies per subject with several facts (all its facts, then told with a pronoun).
-        tokenizer_style: ``gpt2`` (byte-level BPE, no BOS) or ``llama`` (SentencePiece-style pieces, BOS); use the
-            model family's style.
-        vocab_size: tokenizer vocabulary size (2048 makes every fictional word of a name one token).
-        batch_size: sentences per batch.
-        max_length: sequences longer than this (in tokens, with BOS/EOS) are cut.
-        val_size: validation sentences, a seeded sample of the corpus.
-        val_holdout: remove the validation sentences from training. Off by default: the toy models exist to
-            memorise every fact, so validation loss tracks memorisation; on, it measures how well other templates
-            of a fact carry over to an unseen sentence (and those sentences' facts are recalled less).
-        num_workers: DataLoader worker processes (0 is fastest for this small in-memory corpus).
+    A subclass gives :attr:`corpus` and calls ``save_hyperparameters`` (its arguments are the run's data settings).
+    Batches are dicts of ``input_ids``, ``attention_mask`` (right padding) and ``labels`` (-100 on padding). The
+    arguments are described in :class:`ToyCorpus`; ``seed`` also seeds the validation sample and the batch order.
     """
 
     def __init__(
         self,
-        seed: int = 0,
-        n_people: int = 150,
-        n_countries: int = 12,
-        n_cities: int = 48,
-        n_companies: int = 30,
-        n_objects: int = 60,
-        n_languages: int = 8,
-        inverse_fraction: float = 0.5,
-        scripts: bool = True,
-        biographies: int = 5,
-        tokenizer_style: TokenizerStyle = "gpt2",
-        vocab_size: int = 2048,
-        batch_size: int = 32,
-        max_length: int = 64,
-        val_size: int = 200,
-        val_holdout: bool = False,
-        num_workers: int = 0,
+        seed: int,
+        tokenizer_style: TokenizerStyle,
+        vocab_size: int,
+        batch_size: int,
+        max_length: int,
+        val_size: int,
+        val_holdout: bool,
+        num_workers: int,
     ):
         super().__init__()
-        self.save_hyperparameters()
-        self.seed, self.scripts, self.biographies = seed, scripts, biographies
+        self.seed = seed
         self.tokenizer_style, self.vocab_size = tokenizer_style, vocab_size
         self.batch_size, self.max_length, self.num_workers = batch_size, max_length, num_workers
         self.val_size, self.val_holdout = val_size, val_holdout
-        self.world_settings = dict(
-            seed=seed,
-            n_people=n_people,
-            n_countries=n_countries,
-            n_cities=n_cities,
-            n_companies=n_companies,
-            n_objects=n_objects,
-            n_languages=n_languages,
-            inverse_fraction=inverse_fraction,
-        )
         self.train_set: _Sequences | None = None
         self.val_set: _Sequences | None = None
 
-    @cached_property
-    def world(self) -> ToyWorld:
-        """The seeded world."""
-        return ToyWorld.generate(**self.world_settings)
-
-    @cached_property
+    @property
     def corpus(self) -> list[str]:
-        """The training text, one sentence, script or biography per item, in the world's seeded order."""
-        return self.world.training_corpus(scripts=self.scripts, biographies=self.biographies)
+        """The training text, one item per sequence (given by the subclass)."""
+        raise NotImplementedError
 
     @cached_property
     def tokenizer(self) -> PreTrainedTokenizerFast:
@@ -231,3 +186,77 @@ class ToyCorpus(LightningDataModule):
         input_ids, attention_mask, _ = pad(sequences, self.tokenizer.pad_token_id, "right")
         labels = input_ids.masked_fill(attention_mask == 0, -100)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+class ToyCorpus(TextCorpus):
+    """The toy world's training corpus, tokenized by a tokenizer trained on it, for causal-LM pretraining.
+
+    Batches are dicts of ``input_ids``, ``attention_mask`` (right padding) and ``labels`` (-100 on padding).
+
+    Args:
+        seed: the world seed: names, facts, the bidirectional/forward-only split and the corpus order.
+        n_people: people in the world (subjects of the person relations).
+        n_countries: countries (objects of citizenship, subjects of capital).
+        n_cities: cities.
+        n_companies: companies.
+        n_objects: household objects.
+        n_languages: languages.
+        inverse_fraction: share of each one-to-one relation's facts that the corpus also states inversely
+            (bidirectional); the rest are forward-only.
+        scripts: also train on each fact rendered in its relation's first how-to script.
+        biographies: biographies per subject with several facts (all its facts, then told with a pronoun).
+        tokenizer_style: ``gpt2`` (byte-level BPE, no BOS) or ``llama`` (SentencePiece-style pieces, BOS); use the
+            model family's style.
+        vocab_size: tokenizer vocabulary size (2048 makes every fictional word of a name one token).
+        batch_size: sentences per batch.
+        max_length: sequences longer than this (in tokens, with BOS/EOS) are cut.
+        val_size: validation sentences, a seeded sample of the corpus.
+        val_holdout: remove the validation sentences from training. Off by default: the toy models exist to
+            memorise every fact, so validation loss tracks memorisation; on, it measures how well other templates
+            of a fact carry over to an unseen sentence (and those sentences' facts are recalled less).
+        num_workers: DataLoader worker processes (0 is fastest for this small in-memory corpus).
+    """
+
+    def __init__(
+        self,
+        seed: int = 0,
+        n_people: int = 150,
+        n_countries: int = 12,
+        n_cities: int = 48,
+        n_companies: int = 30,
+        n_objects: int = 60,
+        n_languages: int = 8,
+        inverse_fraction: float = 0.5,
+        scripts: bool = True,
+        biographies: int = 5,
+        tokenizer_style: TokenizerStyle = "gpt2",
+        vocab_size: int = 2048,
+        batch_size: int = 32,
+        max_length: int = 64,
+        val_size: int = 200,
+        val_holdout: bool = False,
+        num_workers: int = 0,
+    ):
+        super().__init__(seed, tokenizer_style, vocab_size, batch_size, max_length, val_size, val_holdout, num_workers)
+        self.save_hyperparameters()
+        self.scripts, self.biographies = scripts, biographies
+        self.world_settings = dict(
+            seed=seed,
+            n_people=n_people,
+            n_countries=n_countries,
+            n_cities=n_cities,
+            n_companies=n_companies,
+            n_objects=n_objects,
+            n_languages=n_languages,
+            inverse_fraction=inverse_fraction,
+        )
+
+    @cached_property
+    def world(self) -> ToyWorld:
+        """The seeded world."""
+        return ToyWorld.generate(**self.world_settings)
+
+    @cached_property
+    def corpus(self) -> list[str]:
+        """The training text, one sentence, script or biography per item, in the world's seeded order."""
+        return self.world.training_corpus(scripts=self.scripts, biographies=self.biographies)

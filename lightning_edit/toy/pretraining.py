@@ -12,7 +12,8 @@ tokenizer, so ``CausalLMPretraining.load_from_checkpoint(path)`` works without t
 
 At the end of fit, rank zero writes ``output_dir``: the model (``save_pretrained``, safetensors), the tokenizer
 (``AutoTokenizer`` loads both from the directory) and ``recall.json``, the forward and inverse recall of every fact
-of the toy world (:mod:`lightning_edit.toy.recall`) when the DataModule has one.
+of the toy world (:mod:`lightning_edit.toy.recall`) when the DataModule has one, or what the DataModule's own
+``recall(model, tokenizer, batch_size)`` measures (:class:`~lightning_edit.toy.rule_corpus.RuleCorpus`).
 """
 
 from __future__ import annotations
@@ -268,7 +269,8 @@ class CausalLMPretraining(LightningModule):
                 "lightning": lightning.__version__,
             },
         }
-        world = getattr(self.trainer.datamodule, "world", None)
+        datamodule = self.trainer.datamodule
+        world = getattr(datamodule, "world", None)
         if world is not None:
             summary["recall"] = toy_recall(model, self.tokenizer, world, batch_size=self.hparams.recall_batch_size)
             forward, inverse = summary["recall"]["forward"], summary["recall"]["inverse"]
@@ -276,6 +278,8 @@ class CausalLMPretraining(LightningModule):
                 f"recall over {forward['n_facts']} facts: forward {forward['overall']:.3f}, inverse "
                 f"bidirectional {inverse['bidirectional']:.3f}, inverse forward-only {inverse['forward_only']:.3f}"
             )
+        elif hasattr(datamodule, "recall"):
+            summary["recall"] = datamodule.recall(model, self.tokenizer, self.hparams.recall_batch_size)
         self.model.train(was_training)
         (directory / "recall.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
         rank_zero_info(f"model, tokenizer and recall.json written to {directory}")

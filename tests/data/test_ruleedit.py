@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from lightning_edit.data import RuleEdit
+from lightning_edit.data.base import DataFormatError
+from lightning_edit.data.ruleedit import EXACT_MATCH_KIND, JUDGE_KIND
 from lightning_edit.errors import ConfigError
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "data" / "ruleedit200"
@@ -20,6 +22,16 @@ def load(path=FIXTURE, **kwargs) -> RuleEdit:
     dm = RuleEdit(str(path), **kwargs)
     dm.setup()
     return dm
+
+
+def conventions(*names: str) -> dict[str, str]:
+    """The declared metrics of ``names``: the judge's, exact match's and token accuracy's."""
+    kinds = {"": JUDGE_KIND, "_exact_match": EXACT_MATCH_KIND, "_token_acc": "token_acc"}
+    return {name + suffix: kind for name in names for suffix, kind in kinds.items()}
+
+
+def kinds_of(metric: str) -> dict[str, str]:
+    return {JUDGE_KIND: metric, EXACT_MATCH_KIND: f"{metric}_exact_match", "token_acc": f"{metric}_token_acc"}
 
 
 def test_malformed_file_and_case_id_mismatch_are_reported_by_path_and_the_rest_loads():
@@ -39,7 +51,7 @@ def test_malformed_file_and_case_id_mismatch_are_reported_by_path_and_the_rest_l
 
 def test_formula_case_groups_and_metrics():
     dm = load(task="formula")
-    assert dm.declared_metrics() == {name: "token_acc" for name in ("Rel", "Gen", "Loc", "IP", "RU")}
+    assert dm.declared_metrics() == conventions("Rel", "Gen", "Loc", "IP", "RU")
     case = dm.cases[0]
     (request,) = case.requests
     assert (request.prompt, request.subject) == (
@@ -63,28 +75,43 @@ def test_formula_case_groups_and_metrics():
     assert groups["instance"].expected == ("7", "8", "P = 5 + 7 = 12")  # an odd number of instances
     assert groups["rule_understanding"].expected == ("adding its length and width once.",)
     assert {name: group.metrics for name, group in groups.items()} == {
-        "reliability": {"token_acc": "Rel"},
-        "generalization": {"token_acc": "Gen"},
-        "neighborhood": {"token_acc": "Loc"},
-        "distracting": {"token_acc": "Loc"},
-        "instance": {"token_acc": "IP"},
-        "rule_understanding": {"token_acc": "RU"},
+        "reliability": kinds_of("Rel"),
+        "generalization": kinds_of("Gen"),
+        "neighborhood": kinds_of("Loc"),
+        "distracting": kinds_of("Loc"),
+        "instance": kinds_of("IP"),
+        "rule_understanding": kinds_of("RU"),
     }
+    assert not case.in_turn
+
+
+def test_locality_against_the_unedited_model_and_an_exact_match_judge():
+    dm = load(task="formula", locality="unedited", judge={"exact_match": {}})
+    declared = dm.declared_metrics()
+    assert {name: declared[name] for name in ("Loc", "Loc_token_acc", "Rel", "Rel_token_acc")} == {
+        "Loc": f"{JUDGE_KIND}_unedited",
+        "Loc_token_acc": "agreement",
+        "Rel": JUDGE_KIND,
+        "Rel_token_acc": "token_acc",
+    }
+    assert "Rel_exact_match" not in declared  # the judge is exact match already
+    assert dm.cases[0].groups["neighborhood"].metrics == {f"{JUDGE_KIND}_unedited": "Loc", "agreement": "Loc_token_acc"}
 
 
 def test_instance_records_lists_and_missing_ground_truth():
-    dm = load(task="instance")
+    dm = load(task="instance", instance_edits=1)  # DMLE: the ins record alone
     assert [case.case_id for case in dm.cases] == [2, 8]  # rule 1's ins.json is malformed
     case = dm.cases[0]
     (request,) = case.requests
     assert (request.target_new, request.target_true) == ("10", None)
     assert request.extra["stage"] == "ins"
     assert case.groups["rule_understanding_formula"].expected == ("P = x + y.",)
-    assert case.groups["rule_understanding_formula"].metrics == {"token_acc": "RU_f"}
+    assert case.groups["rule_understanding_formula"].metrics == kinds_of("RU_f")
     assert case.groups["rule_understanding_description"].expected == ("adding its length and width once.",)
-    assert case.groups["rule_understanding_description"].metrics == {"token_acc": "RU_d"}
+    assert case.groups["rule_understanding_description"].metrics == kinds_of("RU_d")
     declared = dm.declared_metrics()
-    assert declared["RU"] == "derived" and declared["RU_f"] == declared["RU_d"] == "token_acc"
+    assert declared["RU"] == declared["RU_exact_match"] == declared["RU_token_acc"] == "derived"
+    assert declared["RU_f"] == declared["RU_d"] == JUDGE_KIND
     row = {"n_cases": 2, "n_prompts": 2}
     derived = dm.derived_metrics(
         {"RU_f": {"macro": 0.5, "micro": 0.25, **row}, "RU_d": {"macro": 0.1, "micro": 0.15, **row}}
@@ -92,16 +119,33 @@ def test_instance_records_lists_and_missing_ground_truth():
     assert derived["RU"]["macro"] == pytest.approx(0.3) and derived["RU"]["micro"] == pytest.approx(0.2)
     assert derived["RU"]["kind"] == "derived" and derived["RU"]["n_prompts"] == 4
     assert math.isnan(dm.derived_metrics({"RU_f": {"macro": 1.0, "micro": 1.0, **row}})["RU"]["macro"])
+    assert math.isnan(derived["RU_token_acc"]["macro"])  # its parts are missing here
+
+
+def test_instance_editing_edits_a_set_of_instances_in_turn_and_scores_ip_on_the_rest():
+    case = load(task="instance").cases[0]  # default: the ins instance and 2 of its Instance list
+    assert case.in_turn
+    assert [(r.prompt, r.subject, r.target_new) for r in case.requests] == [
+        ("A {} has a length of 9 and a width of 1. What is its perimeter? The answer is", "rectangle", "10"),
+        ("A {} has a length of 4 and a width of 3. What is its perimeter? The answer is", "rectangle", "7"),
+        ("A {} has a length of 6 and a width of 2. What is its perimeter? The answer is", "rectangle", "8"),
+    ]
+    assert case.groups["reliability"].expected == ("10", "7", "8")
+    assert case.groups["instance"].expected == ("P = 5 + 7 = 12",)
+    dm = RuleEdit(str(FIXTURE), task="instance", instance_edits=4)  # all 3 Instance prompts: none left for IP
+    with pytest.raises(DataFormatError, match="no edit cases"):
+        dm.setup()
+    assert sum("instance_edits=4 needs 4" in skip["reason"] for skip in dm.skipped) == 2  # rules 0 and 2
 
 
 def test_dmle_staged_protocol_one_case_per_rule_with_the_three_edits_in_order():
     dm = load(task="all", protocol="dmle_staged")
-    assert dm.declared_metrics() == {name: "token_acc" for name in ("Rel", "Gen", "Loc", "IP", "RU")}
+    assert dm.declared_metrics() == conventions("Rel", "Gen", "Loc", "IP", "RU")
     (case,) = dm.cases  # rules 1 and 2 lack a record
     assert [request.extra["view"] for request in case.requests] == ["formula", "description", "instance"]
     assert [request.extra["stage"] for request in case.requests] == ["f_d", "f_d", "ins"]
-    assert case.groups["instance.rule_understanding_formula"].metrics == {"token_acc": "RU"}
-    assert set(case.metric_names) == {"Rel", "Gen", "Loc", "IP", "RU"}
+    assert case.groups["instance.rule_understanding_formula"].metrics == kinds_of("RU")
+    assert set(case.metric_names) == set(conventions("Rel", "Gen", "Loc", "IP", "RU"))
     assert len(case.groups["formula.reliability"].prompts) == 1
     reasons = [(skip["file"], skip["reason"]) for skip in dm.skipped if skip["file"].endswith(("1", "2"))]
     assert reasons == [
@@ -111,7 +155,17 @@ def test_dmle_staged_protocol_one_case_per_rule_with_the_three_edits_in_order():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"task": "formulas"}, {"protocol": "staged"}, {"task": "formula", "protocol": "dmle_staged"}]
+    "kwargs",
+    [
+        {"task": "formulas"},
+        {"protocol": "staged"},
+        {"task": "formula", "protocol": "dmle_staged"},
+        {"task": "all", "protocol": "dmle_staged", "instance_edits": 3},
+        {"instance_edits": 0},
+        {"locality": "pre"},
+        {"judge": {"exact_match": {}, "symbolic_math": {}}},
+        {"new_tokens_per_answer_token": 0},
+    ],
 )
 def test_bad_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
@@ -128,6 +182,24 @@ def test_the_shipped_rule_edit_set_loads_under_every_task():
             name for name, kind in declared.items() if kind != "derived"
         }
     assert len(load(BUILTIN, task="all", protocol="dmle_staged").cases) == 79
+
+
+def test_the_hierarchical_test_edits_a_2d_rule_and_scores_the_3d_rules_built_on_it(tmp_path):
+    dm = load(BUILTIN, task="hierarchy")
+    assert len(dm.cases) == 15 and dm.skipped == []
+    assert dm.declared_metrics() == conventions("Rel", "HG")
+    case = dm.cases[0]
+    (request,) = case.requests
+    assert (request.prompt, request.subject, request.target_new, request.target_true) == (
+        "A {} has a side length of x. Its area can be calculated by the formula:",
+        "square",
+        "A = x + x.",
+        "A = x^2.",
+    )
+    assert case.groups["hierarchy"].expected == ("SA = 6 * (s + s).", "168", "SA = 6 * (8 + 8) = 96")
+    assert case.groups["hierarchy"].metrics == kinds_of("HG")
+    with pytest.raises(DataFormatError, match="hierarchy.json"):
+        load(FIXTURE, task="hierarchy")  # RuleEdit-200 has no hierarchical set
 
 
 def test_an_archive_that_nests_its_rule_folders_and_a_missing_file(tmp_path):
@@ -167,3 +239,8 @@ def test_validate_reports_skipped_files_in_results(tmp_path, monkeypatch):
     ]
     assert {"Rel", "Gen", "Loc", "IP", "RU_f", "RU_d", "RU"} <= set(results["metrics"])
     assert results["metrics"]["RU"]["kind"] == "derived"
+    assert (
+        results["metrics"]["Rel"]["kind"] == JUDGE_KIND
+        and "SymbolicMathJudge" in results["metrics"]["Rel"]["convention"]
+    )
+    assert [row["judges"] for row in results["judge_agreement"]] == [[EXACT_MATCH_KIND, JUDGE_KIND]]

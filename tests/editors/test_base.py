@@ -1,6 +1,7 @@
 """The editor base class: protocols apply cases, score them, and restore the weights exactly; fit saves edits."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -91,6 +92,30 @@ def test_sequential_protocol_accumulates_edits_then_evaluates_and_restores():
     # locality compares with the model before the run: after three x3 scalings the argmax may move, but the
     # reference is the same for the whole run, so the metric is present for every case
     assert results["locality_acc"]["n_cases"] == 5
+
+
+class TwoRequestCases(CounterFact):
+    """Toy cases of two requests each (the case's and a copy with another subject), every other case ``in_turn``."""
+
+    def load_cases(self):
+        return [
+            replace(case, requests=(case.requests[0], replace(case.requests[0], subject="X")), in_turn=i % 2 == 0)
+            for i, case in enumerate(super().load_cases())
+        ]
+
+
+@pytest.mark.parametrize("protocol", ["single", "batch", "sequential"])
+def test_the_requests_of_an_in_turn_case_go_to_the_editor_one_call_each(protocol):
+    options = {"edit_batch_size": 3} if protocol == "sequential" else {}
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol=protocol, **options)
+    data = TwoRequestCases("builtin:data/counterfact-flat.json", limit=4, batch_size=3)
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
+    trainer.validate(editor, datamodule=data, verbose=False)
+    s = [case.requests[0].subject for case in data.cases]
+    # cases 0 and 2 in turn, one request per call; case 1 (and 3) in one call
+    assert editor.seen == [[s[0]], ["X"], [s[1], "X"], [s[2]], ["X"], [s[3], "X"]]
+    if protocol == "batch":  # the cases of a batch are edited together, in their calls
+        assert editor.norms[4] == pytest.approx(editor.norms[0] * 3**4, rel=1e-5)
 
 
 def test_eval_at_needs_the_sequential_protocol():

@@ -167,3 +167,31 @@ def test_several_references_and_an_expression_for_an_equation():
         ]
     )
     assert [v.score for v in verdicts] == [1.0, 1.0, 1.0]
+
+
+def test_a_worked_reference_is_its_final_number():
+    judge = SymbolicMathJudge()
+    verdicts = judge.judge(
+        [
+            JudgeInput.of("q", "P = 2 * (15 + 14) = 58", "P = 2 * (15 + 14) = 58"),
+            JudgeInput.of("q", "P = 2 * (15 + 14) = 58", "58"),
+            JudgeInput.of("q", "P = 2 * (15 + 14) = 58", "P = 15 + 14 = 29"),
+            JudgeInput.of("q", "s = (5 + 6 + 7) / 2 = 9; A = sqrt(9 * 4 * 3 * 2) = 14.7", "A = 14.70"),
+        ]
+    )
+    assert [v.score for v in verdicts] == [1.0, 1.0, 0.0, 1.0]
+
+
+def test_prose_references_are_missing_or_compared_by_exact_match():
+    items = [
+        JudgeInput.of("q", "twice the sum of its length and width.", "Twice the sum of its length and width"),
+        JudgeInput.of("q", "twice the sum of its length and width.", "the sum of its length and width."),
+        JudgeInput.of("q", "P = 2 * (x + y).", "P = 2(x + y)"),
+        JudgeInput.of("q", "the square of its side length.", "four times its side length."),  # sympy would parse it
+    ]
+    assert [v.score for v in SymbolicMathJudge().judge(items)] == [None, None, 1.0, None]
+    judge = SymbolicMathJudge(prose_references="exact_match")
+    assert [v.score for v in judge.judge(items)] == [1.0, 0.0, 1.0, 0.0]
+    assert judge.settings()["prose_references"] == "exact_match" and "in words" in judge.convention
+    with pytest.raises(ValueError, match="prose_references"):
+        SymbolicMathJudge(prose_references="llm")

@@ -1,0 +1,111 @@
+"""RULE-EDIT on the toy rule model: the paper's Tables 1-3 for editors of the shipped toy rule GPT-2 (not a test).
+
+    python benchmarks/toy_ruleedit.py                                 # every task, every editor
+    python benchmarks/toy_ruleedit.py --tasks formula --methods ROME PROMPT --limit 20
+
+Each row is one ``lightning-edit validate`` run, in-process, of ``configs/methods/<method>.yaml`` (+ the model preset
+for weight editors) + ``configs/benchmarks/ruleedit.yaml`` on ``builtin:data/ruleedit`` (the paper's 79 rules), the
+command printed on stderr. The model, ``builtin:models/toy-rule-gpt2``, was trained on the true rules (every formula
+and description template, the shipped instances, the hierarchy prompts), so the unedited row shows what it knows.
+Each cell is ``judged / exact match / token accuracy`` (macro means): a greedy answer graded by sympy (descriptions by
+exact match), the same answer by SQuAD exact match (the reference code without an API key), and teacher-forced token
+accuracy (the reference code's token level); ``kappa`` is Cohen's kappa between the two judges over every answer
+both graded in the run (results.json ``judge_agreement``).
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
+os.environ.setdefault("WANDB_MODE", "offline")
+
+from lightning_edit.cli import build_cli  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS = {
+    "formula": ("Rel", "Gen", "Loc", "IP", "RU"),
+    "description": ("Rel", "Gen", "Loc", "IP", "RU"),
+    "instance": ("Rel", "Gen", "Loc", "IP", "RU", "RU_f", "RU_d"),
+    "hierarchy": ("Rel", "HG"),
+}
+CONVENTIONS = ("", "_exact_match", "_token_acc")
+#: row name -> (method config, composes with the model preset, extra flags); the toy flags of benchmarks/toy_bake.py
+METHODS = {
+    "unedited": ("no_edit", False, []),
+    "ROME": ("rome", True, []),
+    "MEMIT": ("memit", True, ["--model.protocol=single"]),
+    "LoRA": ("lora", True, ["--model.num_steps=20", "--model.early_stop_loss=1e-2", "--model.lr=1e-3"]),
+    "GRACE": ("grace", True, ["--model.protocol=single", "--model.eps=3"]),
+    "PROMPT": ("prompt", False, []),
+}
+
+
+def cell(metrics: dict, name: str) -> str:
+    values = [metrics.get(name + suffix, {}).get("macro") for suffix in CONVENTIONS]
+    return " / ".join("-" if value is None else f"{value:.2f}" for value in values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="toy-rule-gpt2", help="a model preset: configs/models/<model>.yaml")
+    parser.add_argument("--tasks", nargs="+", default=list(METRICS), choices=list(METRICS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--limit", type=int, default=None, help="the first cases only")
+    parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
+    args = parser.parse_args()
+    root = args.root or Path(tempfile.mkdtemp(prefix="toy_ruleedit_"))
+    preset = ROOT / "configs/models" / f"{args.model}.yaml"
+    tables = {}
+    for task in args.tasks:
+        rows = []
+        for name in args.methods:
+            method, composes, flags = METHODS[name]
+            cli_args = [f"--config={ROOT / 'configs/methods' / method}.yaml"]
+            cli_args += [f"--config={preset}"] if composes else [f"--model.lm.path=builtin:models/{args.model}"]
+            cli_args += [
+                f"--config={ROOT / 'configs/benchmarks/ruleedit.yaml'}",
+                f"--data.task={task}",
+                *([f"--data.limit={args.limit}"] if args.limit else []),
+                f"--trainer.default_root_dir={root / task / name}",
+                "--trainer.logger=false",
+                "--trainer.enable_progress_bar=false",
+                *flags,
+            ]
+            print("lightning-edit validate " + " ".join(cli_args), file=sys.stderr)
+            start = time.perf_counter()
+            cli = build_cli(["validate", *cli_args])
+            seconds = time.perf_counter() - start
+            results = json.loads((root / task / name / "results.json").read_text())
+            kappas = [row["kappa"] for row in results.get("judge_agreement", []) if row["kappa"] is not None]
+            rows.append((name, cli.model.results, kappas, seconds))
+        tables[task] = rows
+    for task, rows in tables.items():
+        n_cases = rows[0][1][METRICS[task][0]]["n_cases"]
+        print(f"\n{args.model}, RULE-EDIT {task} editing, {n_cases} cases (judged / exact match / token accuracy)\n")
+        print("| method | " + " | ".join(METRICS[task]) + " | kappa | seconds |")
+        print("|---|" + "---|" * len(METRICS[task]) + "---|---|")
+        for name, metrics, kappas, seconds in rows:
+            kappa = " / ".join(f"{k:.2f}" for k in kappas) or "-"
+            print(
+                f"| {name} | " + " | ".join(cell(metrics, m) for m in METRICS[task]) + f" | {kappa} | {seconds:.0f} |"
+            )
+    (root / "tables.json").write_text(
+        json.dumps(
+            {
+                task: [{"method": n, "metrics": m, "kappa": k, "seconds": s} for n, m, k, s in rows]
+                for task, rows in tables.items()
+            },
+            indent=1,
+            default=str,
+        )
+    )
+    print(f"\nruns in {root}")
+
+
+if __name__ == "__main__":
+    main()
