@@ -27,6 +27,7 @@ from lightning_edit.errors import REDACTED, ConfigError, UserError, argv_secrets
 from lightning_edit.models.loading import ModelNotFoundError
 from lightning_edit.resources import resolve_path
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = "builtin:models/tiny-gpt2"
 QUICK = ["--trainer.enable_progress_bar=false", "--trainer.logger=false", "--trainer.accelerator=cpu"]
 
@@ -360,6 +361,20 @@ def test_over_long_prompt_is_named_before_any_edit(tmp_path, capsys, monkeypatch
         *QUICK,
     )  # fmt: skip
     assert status == 1 and f"{path}: record 1: field 'paraphrase'" in err and "positions" in err, err
+
+
+def test_a_prompt_too_long_with_its_in_context_text_is_named_before_any_edit(tmp_path, capsys, monkeypatch):
+    records = read_records("builtin:data/counterfact-flat.json")[:2]
+    records[1]["target_new"] = "word " * 100  # the prompts fit alone, not after the new fact (PROMPT)
+    path = tmp_path / "long_target.json"
+    path.write_text(json.dumps(records))
+    monkeypatch.chdir(tmp_path)
+    main(["validate", "--model=NoEdit", f"--model.lm.path={TINY}", "--data=CounterFact", f"--data.path={path}", *QUICK])
+    status, err = run_main(
+        capsys, "validate", f"--config={ROOT / 'configs/methods/prompt.yaml'}", f"--model.lm.path={TINY}",
+        "--data=CounterFact", f"--data.path={path}", *QUICK,
+    )  # fmt: skip
+    assert status == 1 and f"{path}: record 1: field" in err and "positions" in err and "Traceback" not in err, err
 
 
 def test_contradictory_settings_and_rejected_options(capsys, monkeypatch, tmp_path):

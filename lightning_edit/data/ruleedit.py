@@ -258,11 +258,7 @@ class RuleEdit(EditDataModule):
 
     def _request(self, reader: RecordReader, view: str) -> EditRequest:
         """The record's edit: ``prompt`` -> ``target_new``, the subject matched case-insensitively."""
-        subject = reader.string("subject")
-        prompt = reader.string("prompt")
-        if subject not in prompt and subject.lower() in prompt.lower():  # "Rectangle ..." for subject "rectangle"
-            start = prompt.lower().index(subject.lower())
-            subject = prompt[start : start + len(subject)]
+        subject = _as_written(reader.string("prompt"), reader.string("subject"))
         template, new = reader.template("prompt", subject), reader.answer("target_new")
         truth = _strings(reader, "ground_truth", default=[])
         extra = {"rule": reader.get("rule", str, ""), "view": view, "stage": "ins" if view == "instance" else "f_d"}
@@ -286,11 +282,12 @@ class RuleEdit(EditDataModule):
                 else []
             )
             for position in range(edited):
-                template = _template(reader, f"Instance.prompt[{position}]", instances[position], request.subject)
-                truth = truths[position] if truths else None
-                requests.append(
-                    EditRequest(template, request.subject, instance_answers[position], truth, request.extra)
-                )
+                prompt, subject = instances[position], _as_written(instances[position], request.subject)
+                if subject not in prompt:
+                    message = f"subject {subject!r} does not occur in the prompt {prompt!r}"
+                    raise reader.error(f"Instance.prompt[{position}]", message)
+                template, truth = prompt.replace(subject, "{}", 1), truths[position] if truths else None
+                requests.append(EditRequest(template, subject, instance_answers[position], truth, request.extra))
             instances, instance_answers = instances[edited:], instance_answers[edited:]
         groups = {
             "reliability": ([r.filled_prompt for r in requests], [r.target_new for r in requests], "Rel"),
@@ -362,12 +359,12 @@ def _has(reader: RecordReader, field: str) -> bool:
     return reader.get(field, object, None) is not None
 
 
-def _template(reader: RecordReader, field: str, prompt: str, subject: str) -> str:
-    """``prompt`` with ``{}`` in place of the first occurrence of ``subject`` (any case)."""
-    start = prompt.lower().find(subject.lower())
-    if start < 0:
-        raise reader.error(field, f"subject {subject!r} does not occur in the prompt {prompt!r}")
-    return prompt[:start] + "{}" + prompt[start + len(subject) :]
+def _as_written(prompt: str, subject: str) -> str:
+    """``subject`` as the prompt writes it when it differs only in case ("Rectangle ..." for "rectangle")."""
+    if subject not in prompt and subject.lower() in prompt.lower():
+        start = prompt.lower().index(subject.lower())
+        return prompt[start : start + len(subject)]
+    return subject
 
 
 def _aligned(reader: RecordReader, field: str, count: int) -> list[str]:

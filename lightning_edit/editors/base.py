@@ -197,11 +197,11 @@ class EditorModule(LightningModule, ABC):
         """Save what ``fit`` produced: by default the edited model (safetensors) and ``edits.json``."""
         return save_edited_model(self.model, self.tokenizer, directory, cases, type(self).__name__, self.hparams)
 
-    def check_cases(self, cases: list[EditCase]) -> None:
+    def check_cases(self, cases: list[EditCase], contexts: dict[int, str] | None = None) -> None:
         """Raise :class:`~lightning_edit.data.base.DataFormatError`, naming the file, record and field, if a request
-        cannot be edited or a prompt does not fit in the model's positions; called on every case before any weight
-        changes."""
-        limit = max_positions(self.model)
+        cannot be edited or a prompt (after its case's in-context text in ``contexts``) does not fit in the model's
+        positions; called on every case before any weight changes."""
+        limit, contexts = max_positions(self.model), contexts or {}
         checks = []  # (case, field, prompt, answer): every request's target and every prompt's expected answer
         for case in cases:
             for request in case.requests:
@@ -209,7 +209,8 @@ class EditorModule(LightningModule, ABC):
                     raise case_error(case, "subject", "empty subject")
                 checks.append((case, "target_new", request.filled_prompt, request.target_new))
             for name, group in case.groups.items():
-                checks += [(case, name, prompt, expected) for prompt, expected in zip(group.prompts, group.expected)]
+                context = contexts.get(case.case_id, "")
+                checks += [(case, name, context + p, expected) for p, expected in zip(group.prompts, group.expected)]
         encoded = encode_prompt_targets(self.tokenizer, [c[2] for c in checks], [c[3] for c in checks])
         for (case, field, prompt, _), result in zip(checks, encoded):
             if isinstance(result, ValueError):
@@ -411,13 +412,13 @@ class EditorModule(LightningModule, ABC):
         self._check_protocol()
         self._check_batch_limit(loader)
         cases = loader_cases(loader)
-        self.check_cases(cases)  # every case, on every process, before any weight changes
+        if self.in_context is not None:  # every case, so that a case the pool cannot serve stops every process
+            self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer).contexts(cases)
+        self.check_cases(cases, self._contexts)  # every case, on every process, before any weight changes
         self._check_declared(cases)
         for name in self.metrics:  # an empty update on every process: the gathered states then share dtypes
             self._update_metrics({name: (self.metric_kinds[name], [])})
         self._prepare()
-        if self.in_context is not None:  # every case, so that a case the pool cannot serve stops every process
-            self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer).contexts(cases)
         if self.protocol == "sequential":
             self._apply_sequentially(cases, loader_cases(loader, local=True))
 
