@@ -55,6 +55,7 @@ def run(args, method: str, limit: int, seed: int, eval_at: list[int], directory:
         f"--config={ROOT / 'configs/benchmarks/caseedit.yaml'}",
         f"--data.path={args.path}",
         f"--data.convention={args.convention}",
+        f"--data.answer_cue={args.answer_cue}",
         f"--data.limit={limit}",
         f"--data.sample_seed={seed}",
         "--model.protocol=sequential",
@@ -140,6 +141,7 @@ def main() -> None:
     parser.add_argument("--path", default="builtin:data/toy/caseedit.json", help="the CaseEdit file")
     parser.add_argument("--convention", default="cloze", choices=["letter", "cloze"],
                         help="cloze for the toy models (they never saw an option list: letter is chance)")  # fmt: skip
+    parser.add_argument("--answer-cue", default="Answer:", help="letter: the last prompt line ($'Answer:\\n': bare)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--n", nargs="+", type=int, default=[10, 20, 50, 100, 200], help="numbers of edits")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="--data.sample_seed of the repeats")
@@ -162,6 +164,13 @@ def main() -> None:
         lines.append(
             f"| {METHODS[method][0]} | {n} | {len(rows)} | " + " | ".join(mean_std(rows, c) for c in COLUMNS) + " |"
         )
+    if args.convention == "letter":  # the letter tokens each run read (results.json, "benchmark")
+        found = {
+            " ".join(row["tokens"])
+            for path in args.root.glob("**/results.json")
+            for row in json.loads(path.read_text())["benchmark"]["letter_tokens"]
+        }
+        lines += ["", f"letter tokens after {args.answer_cue!r}: " + "; ".join(sorted(found))]
     table = "\n".join(lines)
     print("\n" + table)
     (args.root / "table.md").write_text(table + "\n")

@@ -14,84 +14,52 @@ answer (the paper's filter).
 
 import argparse
 import json
-import os
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
-os.environ.setdefault("WANDB_MODE", "offline")
+from toy_runs import validate
 
-from lightning_edit.cli import build_cli  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 POOL = "builtin:data/toy/counterfact.json"
 METRICS = ("ES", "GS", "LS", "RQS", "RJS")
 LOGPROBS = ("RQ_logprob_true_pre", "RQ_logprob_true", "RQ_logprob_new_pre", "RQ_logprob_new")
-
-
-def rows(k: int) -> dict[str, tuple[str, bool, list[str]]]:
-    """Row name -> (method config, composes with the model preset, extra flags)."""
-    ike = [f"--model.in_context.demonstrations={k}", f"--model.in_context.pool={POOL}"]
-    ike += ["--model.in_context.retriever=lexical"]
-    return {
-        "unedited": ("no_edit", False, []),
-        "ROME": ("rome", True, []),
-        "MEMIT": ("memit", True, ["--model.protocol=single"]),
-        "AlphaEdit": (
-            "alphaedit",
-            True,
-            [
-                "--model.protocol=single",
-                "--model.edit_batch_size=1",
-                "--model.nullspace_threshold=0.5",
-                "--model.l2=1",
-            ],  # docs/toy-presets.md
-        ),
-        "GRACE": ("grace", True, ["--model.protocol=single", "--model.eps=3"]),
-        "WISE": (
-            "wise",
-            True,
-            ["--model.protocol=single", "--model.template_lengths=[[10,5],[15,5]]"],
-        ),
-        "PROMPT": ("prompt", False, []),
-        "IKE": ("ike", False, ike),
-        "ROME + PROMPT": ("rome", True, ["--model.in_context.demonstrations=0"]),
-        "ROME + IKE": ("rome", True, ike),
-        "FT": ("ft", True, []),
-        "FT-L": ("ft_l", True, []),
-        "FT-M": ("ft_m", True, []),
-        "LoRA": ("lora", True, ["--model.num_steps=20", "--model.early_stop_loss=1e-2", "--model.lr=1e-3"]),
-        "RECT": ("rect", True, []),
-    }
+#: row name -> (toy_runs.METHODS entry, extra flags; "ike" stands for IKE's retrieval flags)
+ROWS = {
+    "unedited": ("unedited", []),
+    "ROME": ("ROME", []),
+    "MEMIT": ("MEMIT", []),
+    "AlphaEdit": ("AlphaEdit", []),
+    "GRACE": ("GRACE", []),
+    "WISE": ("WISE", []),
+    "PROMPT": ("PROMPT", []),
+    "IKE": ("IKE", ["ike"]),
+    "ROME + PROMPT": ("ROME", ["--model.in_context.demonstrations=0"]),
+    "ROME + IKE": ("ROME", ["ike"]),
+    "FT": ("FT", []),
+    "FT-L": ("FT-L", []),
+    "FT-M": ("FT-M", []),
+    "LoRA": ("LoRA", []),
+    "RECT": ("RECT", []),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
+    parser.add_argument("--methods", nargs="+", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--limit", type=int, default=100, help="the first cases of the toy BAKE file")
     parser.add_argument("--demonstrations", type=int, default=4, help="IKE's k (the toy models see 256 tokens)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="toy_bake_"))
-    preset = ROOT / "configs/models" / f"{args.model}.yaml"
+    ike = [f"--model.in_context.demonstrations={args.demonstrations}", f"--model.in_context.pool={POOL}"]
+    ike += ["--model.in_context.retriever=lexical"]
     results = []
-    for name, (method, composes, flags) in rows(args.demonstrations).items():
-        cli_args = [f"--config={ROOT / 'configs/methods' / method}.yaml"]
-        cli_args += [f"--config={preset}"] if composes else [f"--model.lm.path=builtin:models/{args.model}"]
-        cli_args += [
-            f"--config={ROOT / 'configs/benchmarks/bake.yaml'}",
-            f"--data.limit={args.limit}",
-            f"--trainer.default_root_dir={root / name.replace(' ', '')}",
-            "--trainer.logger=false",
-            "--trainer.enable_progress_bar=false",
-            *flags,
-        ]
-        print("lightning-edit validate " + " ".join(cli_args), file=sys.stderr)
-        start = time.perf_counter()
-        cli = build_cli(["validate", *cli_args])
-        results.append((name, cli.model.results, time.perf_counter() - start))
+    for name in args.methods:
+        method, flags = ROWS[name]
+        flags = [f for flag in flags for f in (ike if flag == "ike" else [flag])]
+        directory = root / name.replace(" ", "")
+        metrics, seconds = validate(method, args.model, "bake", directory, [f"--data.limit={args.limit}", *flags])
+        results.append((name, metrics, seconds))
     print(f"\n{args.model}, {args.limit} toy BAKE-Q&J edits (macro means; runs in {root})\n")
     print("| method | " + " | ".join(METRICS + LOGPROBS) + " | seconds |")
     print("|---|" + "---|" * len(METRICS + LOGPROBS) + "---|")

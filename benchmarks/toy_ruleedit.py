@@ -15,18 +15,11 @@ both graded in the run (results.json ``judge_agreement``).
 
 import argparse
 import json
-import os
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
-os.environ.setdefault("WANDB_MODE", "offline")
+from toy_runs import validate
 
-from lightning_edit.cli import build_cli  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 METRICS = {
     "formula": ("Rel", "Gen", "Loc", "IP", "RU"),
     "description": ("Rel", "Gen", "Loc", "IP", "RU"),
@@ -34,15 +27,7 @@ METRICS = {
     "hierarchy": ("Rel", "HG"),
 }
 CONVENTIONS = ("", "_exact_match", "_token_acc")
-#: row name -> (method config, composes with the model preset, extra flags); the toy flags of benchmarks/toy_bake.py
-METHODS = {
-    "unedited": ("no_edit", False, []),
-    "ROME": ("rome", True, []),
-    "MEMIT": ("memit", True, ["--model.protocol=single"]),
-    "LoRA": ("lora", True, ["--model.num_steps=20", "--model.early_stop_loss=1e-2", "--model.lr=1e-3"]),
-    "GRACE": ("grace", True, ["--model.protocol=single", "--model.eps=3"]),
-    "PROMPT": ("prompt", False, []),
-}
+METHODS = ("unedited", "ROME", "MEMIT", "LoRA", "GRACE", "PROMPT")
 
 
 def cell(metrics: dict, name: str) -> str:
@@ -54,35 +39,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="toy-rule-gpt2", help="a model preset: configs/models/<model>.yaml")
     parser.add_argument("--tasks", nargs="+", default=list(METRICS), choices=list(METRICS))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--limit", type=int, default=None, help="the first cases only")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="toy_ruleedit_"))
-    preset = ROOT / "configs/models" / f"{args.model}.yaml"
     tables = {}
     for task in args.tasks:
         rows = []
         for name in args.methods:
-            method, composes, flags = METHODS[name]
-            cli_args = [f"--config={ROOT / 'configs/methods' / method}.yaml"]
-            cli_args += [f"--config={preset}"] if composes else [f"--model.lm.path=builtin:models/{args.model}"]
-            cli_args += [
-                f"--config={ROOT / 'configs/benchmarks/ruleedit.yaml'}",
-                f"--data.task={task}",
-                *([f"--data.limit={args.limit}"] if args.limit else []),
-                f"--trainer.default_root_dir={root / task / name}",
-                "--trainer.logger=false",
-                "--trainer.enable_progress_bar=false",
-                *flags,
-            ]
-            print("lightning-edit validate " + " ".join(cli_args), file=sys.stderr)
-            start = time.perf_counter()
-            cli = build_cli(["validate", *cli_args])
-            seconds = time.perf_counter() - start
+            flags = [f"--data.task={task}", *([f"--data.limit={args.limit}"] if args.limit else [])]
+            metrics, seconds = validate(name, args.model, "ruleedit", root / task / name, flags)
             results = json.loads((root / task / name / "results.json").read_text())
             kappas = [row["kappa"] for row in results.get("judge_agreement", []) if row["kappa"] is not None]
-            rows.append((name, cli.model.results, kappas, seconds))
+            rows.append((name, metrics, kappas, seconds))
         tables[task] = rows
     for task, rows in tables.items():
         n_cases = rows[0][1][METRICS[task][0]]["n_cases"]

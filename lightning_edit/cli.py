@@ -98,6 +98,15 @@ class EditCLI(LightningCLI):
         config = yaml.safe_load(self._parser(self.subcommand).dump(config, skip_none=False, skip_check=True))
         self.trainer.callbacks.append(RunReport(config))
 
+    def _dump_config(self) -> None:
+        """The config the model and data record as hyper-parameters (LightningCLI's), dumped without validating it
+        again: it was validated when parsed (about 0.05 s of a run's fixed cost)."""
+        if not hasattr(self, "config_dump"):
+            dump = self.parser.dump(self.config, skip_link_targets=False, skip_none=False, skip_check=True)
+            self.config_dump = yaml.safe_load(dump)
+            if "subcommand" in self.config:
+                self.config_dump = self.config_dump[self.config.subcommand]
+
     # Secrets (lightning_edit.errors): none reaches config.yaml, a logger's files or what a logger records ----------
 
     def before_instantiate_classes(self) -> None:
@@ -160,6 +169,14 @@ class SecretFreeSaveConfig(SaveConfigCallback):
             elif isinstance(value, (dict, list)):
                 config[key] = redact(value)
         super().__init__(parser, config, *args, **kwargs)
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """Save it without validating it again: it was validated when parsed."""
+        self.parser.save = partial(type(self.parser).save, self.parser, skip_check=True)  # shadows the method
+        try:
+            super().setup(trainer, pl_module, stage)
+        finally:
+            del self.parser.save
 
 
 def build_cli(args: ArgsType = None, run: bool = True, exit_on_error: bool = True) -> EditCLI:

@@ -73,6 +73,21 @@ class CaseScorer:
                 details={} if group.details is None else group.details[k],
             )
 
+    def check(
+        self, cases: list[EditCase], contexts: dict[int, str] | None = None
+    ) -> Iterator[tuple[EditCase, str, str]]:
+        """``(case, group name, reason)`` for each prompt a kind of its group cannot score (:meth:`ScoreKind.check`)."""
+        contexts = contexts or {}
+        for case in cases:
+            for name, group in case.groups.items():
+                kinds = [score_kind(kind) for kind in group.metrics]
+                for item in self._items(case, name, group, contexts.get(case.case_id, "")):
+                    for kind in kinds:
+                        try:
+                            kind.check(item, self.tokenizer)
+                        except ValueError as error:
+                            yield case, name, str(error)
+
     def _run(self, requests: list[Request], owners: list[int] | None = None) -> dict[Any, Any]:
         return run_requests(self.model, self.tokenizer, requests, self.config.batch_size, owners)
 

@@ -377,6 +377,20 @@ def test_a_prompt_too_long_with_its_in_context_text_is_named_before_any_edit(tmp
     assert status == 1 and f"{path}: record 1: field" in err and "positions" in err and "Traceback" not in err, err
 
 
+def test_a_prompt_a_score_kind_cannot_score_is_named_before_any_edit(capsys, monkeypatch, tmp_path):
+    """The toy GPT-2 has no single token for " E", so CaseEdit's letter convention cannot read its answer; the run stops
+    in the checks before any edit (ScoreKind.check), naming the file, record and question."""
+    monkeypatch.chdir(tmp_path)
+    status, err = run_main(
+        capsys, "validate", f"--config={ROOT / 'configs/methods/rome.yaml'}",
+        f"--config={ROOT / 'configs/models/toy-gpt2.yaml'}", f"--config={ROOT / 'configs/benchmarks/caseedit.yaml'}",
+        "--data.limit=2", *QUICK,
+    )  # fmt: skip
+    assert status == 1 and "Traceback" not in err, err
+    assert "builtin:data/toy/caseedit.json: record 0: field 'reliability': letter 'E'" in err.strip().splitlines()[-1]
+    assert not list(tmp_path.rglob("results.json"))
+
+
 def test_contradictory_settings_and_rejected_options(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     common = [f"--model.lm.path={TINY}", "--data=CounterFact", "--data.path=builtin:data/counterfact-flat.json"]

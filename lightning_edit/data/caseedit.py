@@ -97,9 +97,9 @@ def _roles(options: list[str], ground_truth: str, target_new: str) -> tuple[str,
     return tuple(role.get(option.strip().casefold(), "other") for option in options)
 
 
-def letter_prompt(question: str, options: list[str]) -> str:
-    """The ``letter`` prompt: the question, one ``"A. option"`` line per option, then ``Answer:``."""
-    lines = [question, *(f"{letter}. {option}" for letter, option in zip(LETTERS, options)), "Answer:"]
+def letter_prompt(question: str, options: list[str], answer_cue: str = "Answer:") -> str:
+    """The ``letter`` prompt: the question, one ``"A. option"`` line per option, then ``answer_cue``."""
+    lines = [question, *(f"{letter}. {option}" for letter, option in zip(LETTERS, options)), answer_cue]
     return "\n".join(lines)
 
 
@@ -126,6 +126,9 @@ class CaseEdit(EditDataModule):
         batch_size: edit cases per validation step.
         convention: ``letter`` (the paper's: next-token logits of A-E after the listed options) or ``cloze``
             (option likelihoods after the question stem).
+        answer_cue: the last line of a ``letter`` prompt. The letter follows it after a space (``ĠA``, ``▁A``)
+            unless it ends with whitespace: ``"Answer:\\n"`` reads the bare letters (``A``), for tokenizers that
+            have no single token for a letter after a space.
     """
 
     def __init__(
@@ -135,9 +138,10 @@ class CaseEdit(EditDataModule):
         sample_seed: int | None = None,
         batch_size: int = 8,
         convention: Literal["letter", "cloze"] = "letter",
+        answer_cue: str = "Answer:",
     ):
         super().__init__(path, limit, sample_seed, batch_size)
-        self.convention = convention
+        self.convention, self.answer_cue = convention, answer_cue
 
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)
@@ -154,7 +158,8 @@ class CaseEdit(EditDataModule):
         for name, question in record["questions"].items():
             options, answer = question["options"], question["answer"]
             letter = self.convention == "letter"
-            prompt = letter_prompt(question["question"], options) if letter else cloze_stem(question["question"])
+            stem = question["question"]
+            prompt = letter_prompt(stem, options, self.answer_cue) if letter else cloze_stem(stem)
             details = {
                 "options": LETTERS if letter else tuple(options),
                 "answer": answer,

@@ -199,8 +199,9 @@ class EditorModule(LightningModule, ABC):
 
     def check_cases(self, cases: list[EditCase], contexts: dict[int, str] | None = None) -> None:
         """Raise :class:`~lightning_edit.data.base.DataFormatError`, naming the file, record and field, if a request
-        cannot be edited or a prompt (after its case's in-context text in ``contexts``) does not fit in the model's
-        positions; called on every case before any weight changes."""
+        cannot be edited, a prompt (after its case's in-context text in ``contexts``) does not fit in the model's
+        positions, or a score kind cannot score it (:meth:`~lightning_edit.scoring.kinds.ScoreKind.check`); called on
+        every case before any weight changes."""
         limit, contexts = max_positions(self.model), contexts or {}
         checks = []  # (case, field, prompt, answer): every request's target and every prompt's expected answer
         for case in cases:
@@ -216,6 +217,8 @@ class EditorModule(LightningModule, ABC):
             if isinstance(result, ValueError):
                 raise case_error(case, field, str(result))
             _check_length(case, "prompt" if field == "target_new" else field, prompt, sum(map(len, result)), limit)
+        for case, field, reason in self._scorer().check(cases, contexts):
+            raise case_error(case, field, reason)
 
     def on_edits_restored(self) -> None:
         """Called after the protocol restored the weights: forget state that belongs to the undone edits."""

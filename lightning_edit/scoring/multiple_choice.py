@@ -50,7 +50,10 @@ def letter_token_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, letters: t
         added = full[len(prompt_ids) :]
         if full[: len(prompt_ids)] != prompt_ids or len(added) != 1:
             tokens = tokenizer.convert_ids_to_tokens(added)
-            raise ValueError(f"letter {letter!r} after {prompt[-30:]!r} is not one token of its own: {tokens}")
+            raise ValueError(
+                f"letter {letter!r} after {prompt[-30:]!r} is not one token of its own: {tokens}; a prompt ending in "
+                "a newline reads the bare letters, or score the options by cloze"
+            )
         ids.append(added[0])
     if len(set(ids)) != len(ids):
         raise ValueError(f"letters {letters} share a token after {prompt[-30:]!r}")
@@ -119,8 +122,8 @@ def entropy_bits(probabilities: tuple[float, ...]) -> float:
 
 
 CONVENTIONS = {
-    "letter": "softmax over the next-token logits of the option letters A-E after the listed options and 'Answer:' "
-    "(letter token as the tokenizer writes it after the prompt: ' A' unless the prompt ends with whitespace)",
+    "letter": "softmax over the next-token logits of the option letters A-E after the listed options and the answer "
+    "cue (letter token as the tokenizer writes it after the prompt: ' A' unless the prompt ends with whitespace)",
     "cloze": "softmax over the options' mean per-token log-likelihood after the question stem + ' ' "
     "(lm-evaluation-harness style)",
 }
@@ -149,6 +152,10 @@ class MultipleChoice(ScoreKind):
 
     def requests(self, item: PromptItem, config) -> list[Request]:
         return [Choices(item.prompt, tuple(item.details["options"]), self.convention_name)]
+
+    def check(self, item: PromptItem, tokenizer: PreTrainedTokenizerBase) -> None:
+        if self.convention_name == "letter":
+            letter_token_ids(tokenizer, item.prompt, tuple(item.details["options"]))
 
     def value(self, item: PromptItem, current, unedited) -> float:
         probabilities = current[0]

@@ -69,10 +69,10 @@ def record(options: list[str], answer: str = "B") -> dict:
     }
 
 
-def benchmark(tmp_path, convention: str) -> CaseEdit:
+def benchmark(tmp_path, convention: str, answer_cue: str = "Answer:") -> CaseEdit:
     path = tmp_path / "caseedit.json"
     path.write_text(json.dumps([record(ROOMS)]))
-    data = CaseEdit(str(path), convention=convention)
+    data = CaseEdit(str(path), convention=convention, answer_cue=answer_cue)
     data.setup()
     return data
 
@@ -85,16 +85,18 @@ def letter_model(tok, prompt: str) -> RowLM:
 
 
 @pytest.mark.parametrize(
-    ("name", "chat", "tokens", "probs"),
+    ("name", "chat", "cue", "tokens", "probs"),
     [
-        ("tiny-gpt2", False, ["ĠA", "ĠB", "ĠC", "ĠD", "ĠE"], SPACED),  # GPT-2 byte-level BPE after a space
-        ("toy-gpt2", True, list("ABCDE"), BARE),  # the bare letters after a newline
-        ("toy-llama", False, ["▁A", "▁B", "▁C", "▁D", "▁E"], SPACED),  # LLaMA Metaspace after a space
-        ("toy-llama", True, list("ABCDE"), BARE),
+        ("tiny-gpt2", False, "Answer:", ["ĠA", "ĠB", "ĠC", "ĠD", "ĠE"], SPACED),  # GPT-2 byte-level BPE after a space
+        ("toy-gpt2", True, "Answer:", list("ABCDE"), BARE),  # the bare letters after the template's newline
+        ("toy-gpt2", False, "Answer:\n", list("ABCDE"), BARE),  # ... after an answer cue ending in a newline
+        ("toy-llama", False, "Answer:", ["▁A", "▁B", "▁C", "▁D", "▁E"], SPACED),  # LLaMA Metaspace after a space
+        ("toy-llama", True, "Answer:", list("ABCDE"), BARE),
     ],
 )
-def test_letter_scores_equal_hand_computed_values(tmp_path, name, chat, tokens, probs):
-    data, tok = benchmark(tmp_path, "letter"), tokenizer(name)
+def test_letter_scores_equal_hand_computed_values(tmp_path, name, chat, cue, tokens, probs):
+    data, tok = benchmark(tmp_path, "letter", cue), tokenizer(name)
+    assert data.cases[0].groups["reliability"].prompts[0].endswith("\nE. pantry\n" + cue)
     prompt = format_prompt(tok, data.cases[0].groups["reliability"].prompts[0], chat)
     assert letter_tokens(tok, prompt) == tokens
     scores = CaseScorer(letter_model(tok, prompt), tok, ScoringConfig(chat_template=chat)).score(data.cases)
@@ -138,6 +140,9 @@ def test_a_letter_without_a_token_of_its_own_is_an_error(tmp_path):
     data, tok = benchmark(tmp_path, "letter"), tokenizer("toy-gpt2")
     with pytest.raises(ValueError, match=r"letter 'E' .* not one token of its own: \['Ġ', 'E'\]"):
         CaseScorer(RowLM(len(tok), {}), tok, ScoringConfig()).score(data.cases)
+    problems = list(CaseScorer(RowLM(len(tok), {}), tok, ScoringConfig()).check(data.cases))  # before any edit
+    assert {(case.case_id, group) for case, group, _ in problems} == {(0, q) for q in data.cases[0].groups}
+    assert all("a prompt ending in a newline reads the bare letters" in reason for _, _, reason in problems)
 
 
 @pytest.mark.parametrize("name", ["toy-gpt2", "toy-llama"])

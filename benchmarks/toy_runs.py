@@ -1,0 +1,71 @@
+"""What the toy benchmark scripts share: the editors' toy flags and one in-process ``lightning-edit validate`` run.
+
+Imported by ``toy_bake.py``, ``toy_editing.py`` and ``toy_ruleedit.py`` (Python puts the script's folder on the path).
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
+os.environ.setdefault("WANDB_MODE", "offline")
+
+from lightning_edit.cli import build_cli  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: row name -> (method config, composes with a model preset, the toy flags; docs/toy-presets.md says where each is from)
+METHODS = {
+    "unedited": ("no_edit", False, []),
+    "ROME": ("rome", True, []),
+    "r-ROME": ("rome", True, ["--model.key=prompt"]),
+    "MEMIT": ("memit", True, []),
+    "AlphaEdit": ("alphaedit", True, ["--model.nullspace_threshold=0.5", "--model.l2=1"]),
+    "GRACE": ("grace", True, ["--model.eps=3"]),
+    "WISE": ("wise", True, ["--model.template_lengths=[[10,5],[15,5]]"]),
+    "FT": ("ft", True, []),
+    "FT-L": ("ft_l", True, []),
+    "FT-M": ("ft_m", True, []),
+    "LoRA": ("lora", True, ["--model.num_steps=20", "--model.early_stop_loss=1e-2", "--model.lr=1e-3"]),
+    "RECT": ("rect", True, []),
+    "PROMPT": ("prompt", False, []),
+    "IKE": ("ike", False, []),
+}
+
+
+def validate(
+    method: str,
+    model: str,
+    benchmark: str,
+    directory: Path,
+    flags: list[str],
+    protocol: str = "single",
+    edit_batch_size: int = 1,
+) -> tuple[dict, float]:
+    """Run one row, ``METHODS[method]`` on ``configs/models/<model>.yaml`` (a preset, or the bare model for editors
+    that take none) and ``configs/benchmarks/<benchmark>.yaml`` under ``protocol``, then ``flags``; print its command
+    on stderr.
+
+    Returns the run's metrics (results.json's) and its wall-clock seconds."""
+    config, composes, toy_flags = METHODS[method]
+    if method != "unedited":
+        toy_flags = [f"--model.protocol={protocol}", f"--model.edit_batch_size={edit_batch_size}", *toy_flags]
+    args = [f"--config={ROOT / 'configs/methods' / config}.yaml"]
+    args += (
+        [f"--config={ROOT / 'configs/models' / model}.yaml"]
+        if composes
+        else [f"--model.lm.path=builtin:models/{model}"]
+    )
+    args += [
+        f"--config={ROOT / 'configs/benchmarks' / benchmark}.yaml",
+        f"--trainer.default_root_dir={directory}",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        *toy_flags,
+        *flags,
+    ]
+    print("lightning-edit validate " + " ".join(args), file=sys.stderr)
+    start = time.perf_counter()
+    cli = build_cli(["validate", *args])
+    return cli.model.results, time.perf_counter() - start
