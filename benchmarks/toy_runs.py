@@ -32,6 +32,8 @@ METHODS = {
     "PROMPT": ("prompt", False, []),
     "IKE": ("ike", False, []),
 }
+#: model -> row name -> flags that replace the toy-gpt2 values above (docs/toy-presets.md)
+MODEL_FLAGS = {"toy-llama": {"GRACE": ["--model.eps=9"]}}
 
 
 def validate(
@@ -49,6 +51,7 @@ def validate(
 
     Returns the run's metrics (results.json's) and its wall-clock seconds."""
     config, composes, toy_flags = METHODS[method]
+    toy_flags = toy_flags + MODEL_FLAGS.get(model, {}).get(method, [])  # the later flag wins
     if method != "unedited":
         toy_flags = [f"--model.protocol={protocol}", f"--model.edit_batch_size={edit_batch_size}", *toy_flags]
     args = [f"--config={ROOT / 'configs/methods' / config}.yaml"]

@@ -74,17 +74,19 @@ class CaseScorer:
             )
 
     def check(
-        self, cases: list[EditCase], contexts: dict[int, str] | None = None
+        self, cases: list[EditCase], contexts: dict[int, str] | None = None, positions: int | None = None
     ) -> Iterator[tuple[EditCase, str, str]]:
-        """``(case, group name, reason)`` for each prompt a kind of its group cannot score (:meth:`ScoreKind.check`)."""
+        """``(case, group name, reason)`` for each prompt a kind of its group cannot score on a model of ``positions``
+        maximum positions (:meth:`ScoreKind.check`)."""
         contexts = contexts or {}
         for case in cases:
             for name, group in case.groups.items():
                 kinds = [score_kind(kind) for kind in group.metrics]
-                for item in self._items(case, name, group, contexts.get(case.case_id, "")):
+                kinds = [kind for kind in kinds if type(kind).check is not ScoreKind.check]  # those that check
+                for item in self._items(case, name, group, contexts.get(case.case_id, "")) if kinds else ():
                     for kind in kinds:
                         try:
-                            kind.check(item, self.tokenizer)
+                            kind.check(item, self.tokenizer, positions)
                         except ValueError as error:
                             yield case, name, str(error)
 

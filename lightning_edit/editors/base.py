@@ -217,7 +217,7 @@ class EditorModule(LightningModule, ABC):
             if isinstance(result, ValueError):
                 raise case_error(case, field, str(result))
             _check_length(case, "prompt" if field == "target_new" else field, prompt, sum(map(len, result)), limit)
-        for case, field, reason in self._scorer().check(cases, contexts):
+        for case, field, reason in self._scorer().check(cases, contexts, limit):
             raise case_error(case, field, reason)
 
     def on_edits_restored(self) -> None:

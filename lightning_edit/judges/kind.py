@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from lightning_edit.judges import build_judge
 from lightning_edit.judges.agreement import agreement_table
 from lightning_edit.judges.base import Judge, JudgeInput, JudgeStats, Verdict
+from lightning_edit.models.tokenization import encode_prompt
 from lightning_edit.scoring.generation import generate
 from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, register_kind, register_request, run_requests
 
@@ -153,6 +155,17 @@ class JudgedKind(ScoreKind):
     def _input(self, item: PromptItem, references: str | tuple[str, ...], prediction: str) -> JudgeInput:
         context = {k: str(v) for k, v in item.details.get("context", {}).items()}
         return JudgeInput.of(item.details.get("question", item.bare_prompt), references, prediction, context)
+
+    def check(self, item: PromptItem, tokenizer: PreTrainedTokenizerBase, positions: int | None) -> None:
+        """The prompt and the answer's whole budget must fit in the model's positions."""
+        g = self.generation
+        budget = g.max_new_tokens * (len(tokenizer.encode(item.expected)) if g.per_expected_token else 1)
+        length = len(encode_prompt(tokenizer, item.prompt))
+        if positions is not None and length + budget > positions:
+            raise ValueError(
+                f"the prompt {item.prompt[:60]!r}... is {length} tokens long and its generated answer may take "
+                f"{budget} more, more than the model's {positions} positions: shorten it or leave the record out"
+            )
 
     def requests(self, item: PromptItem, config: Any) -> list[Request]:
         generation = self._generate(item, item.prompt, config)

@@ -49,19 +49,16 @@ def encode_prompt_target(tokenizer: PreTrainedTokenizerBase, prompt: str, target
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> list[list[int]]:
-    """:func:`encode_prompt` of every prompt, in batched tokenizer calls (the same ids, much faster for many)."""
-    results: list[list[int]] = [[] for _ in prompts]
+    """:func:`encode_prompt` of every prompt, in batched tokenizer calls, each distinct prompt once (the same ids,
+    much faster for many)."""
+    bos = tokenizer.bos_token
+    ids: dict[str, list[int]] = {}
+    distinct = list(dict.fromkeys(prompts))
     for with_bos in (False, True):  # prompts that already start with BOS get no special tokens
-        indices = [
-            i
-            for i, p in enumerate(prompts)
-            if (tokenizer.bos_token is not None and p.startswith(tokenizer.bos_token)) == with_bos
-        ]
-        if indices:
-            encoded = tokenizer([prompts[i] for i in indices], add_special_tokens=not with_bos)["input_ids"]
-            for i, ids in zip(indices, encoded):
-                results[i] = ids
-    return results
+        texts = [p for p in distinct if (bos is not None and p.startswith(bos)) == with_bos]
+        if texts:
+            ids.update(zip(texts, tokenizer(texts, add_special_tokens=not with_bos)["input_ids"]))
+    return [ids[p] for p in prompts]
 
 
 def encode_prompt_targets(

@@ -183,9 +183,10 @@ class ScoreKind:
         """What to compute with the unedited model (none by default)."""
         return []
 
-    def check(self, item: PromptItem, tokenizer: PreTrainedTokenizerBase) -> None:
-        """Raise ValueError, saying why, if this kind cannot score ``item`` with ``tokenizer``; called on every prompt
-        before any weight changes (nothing to check by default)."""
+    def check(self, item: PromptItem, tokenizer: PreTrainedTokenizerBase, positions: int | None) -> None:
+        """Raise ValueError, saying why, if this kind cannot score ``item`` with ``tokenizer`` on a model of
+        ``positions`` maximum positions (None: unbounded); called on every prompt before any weight changes (nothing
+        to check by default)."""
 
     def value(self, item: PromptItem, current: Sequence[Any], unedited: Sequence[Any]) -> float | None:
         """The prompt's value from the results of :meth:`requests` and :meth:`reference_requests`, in order; None

@@ -153,7 +153,7 @@ class MultipleChoice(ScoreKind):
     def requests(self, item: PromptItem, config) -> list[Request]:
         return [Choices(item.prompt, tuple(item.details["options"]), self.convention_name)]
 
-    def check(self, item: PromptItem, tokenizer: PreTrainedTokenizerBase) -> None:
+    def check(self, item: PromptItem, tokenizer: PreTrainedTokenizerBase, positions: int | None) -> None:
         if self.convention_name == "letter":
             letter_token_ids(tokenizer, item.prompt, tuple(item.details["options"]))
 

@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+import pytest
 from transformers import AutoTokenizer
 
 from lightning_edit.judges.kind import Generate, Generation, JudgedKind, register_judged_kind
@@ -44,3 +45,17 @@ def test_against_unedited_judges_the_answer_against_the_unedited_models():
     assert (current.prompt, unedited.prompt) == ("[context] Q:", "Q:")  # the unedited model sees the bare prompt
     assert kind.value(prompt, [" A = x * y\n"], ["A = x * y."]) == 1.0  # same after SQuAD normalisation
     assert kind.value(prompt, [" A = x * y * 2"], ["A = x * y."]) == 0.0
+
+
+def test_a_prompt_whose_answer_budget_overflows_the_positions_is_refused_before_any_edit():
+    """The check before any edit counts the prompt's tokens and the answer's whole budget (3 per expected token)."""
+    kind = register_judged_kind("test_budget", "exact_match", Generation(3, stop=(), per_expected_token=True))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_path("builtin:models/toy-gpt2"))
+    prompt = item("P = 2 * (x + y).", "The perimeter of a rectangle is")
+    needed = len(tokenizer.encode(prompt.prompt)) + 3 * len(tokenizer.encode(prompt.expected))
+    kind.check(prompt, tokenizer, needed)  # fits exactly
+    kind.check(prompt, tokenizer, None)  # a model without a position limit
+    with pytest.raises(
+        ValueError, match=rf"tokens long and its generated answer may take .* than the model's {needed - 1}"
+    ):
+        kind.check(prompt, tokenizer, needed - 1)
