@@ -25,7 +25,7 @@ METHODS = {
     "GRACE": ("grace", True, ["--model.eps=3"]),
     "WISE": ("wise", True, ["--model.template_lengths=[[10,5],[15,5]]"]),
     "FT": ("ft", True, []),
-    "FT-L": ("ft_l", True, []),
+    "FT-L": ("ft_l", True, ["--model.norm_constraint=1e-2"]),
     "FT-M": ("ft_m", True, []),
     "LoRA": ("lora", True, ["--model.num_steps=20", "--model.early_stop_loss=1e-2", "--model.lr=1e-3"]),
     "RECT": ("rect", True, []),

@@ -60,7 +60,9 @@ class CaseScorer:
     def _prompt(self, prompt: str) -> str:
         return format_prompt(self.tokenizer, prompt, self.config.chat_template)
 
-    def _items(self, case: EditCase, name: str, group: PromptGroup, context: str = "") -> Iterator[PromptItem]:
+    def _items(
+        self, case: EditCase, name: str, group: PromptGroup, context: str = "", stage: str = "post"
+    ) -> Iterator[PromptItem]:
         for k, prompt in enumerate(group.prompts):
             yield PromptItem(
                 case_id=case.case_id,
@@ -71,6 +73,7 @@ class CaseScorer:
                 expected=group.expected[k],
                 alternative=None if group.alternatives is None else group.alternatives[k],
                 details={} if group.details is None else group.details[k],
+                stage=stage,
             )
 
     def check(
@@ -99,7 +102,7 @@ class CaseScorer:
         for case in cases:
             for name, group in case.groups.items():
                 kinds = [score_kind(kind) for kind in group.metrics]
-                for item in self._items(case, name, group):
+                for item in self._items(case, name, group, stage="pre"):
                     for kind in kinds:
                         requests += kind.reference_requests(item, self.config)
                     if group.pre_edit_filter:
@@ -112,8 +115,10 @@ class CaseScorer:
         reference: Reference | None = None,
         contexts: dict[int, str] | None = None,
         owners: dict[int, int] | None = None,
+        stage: str = "post",
     ) -> Scores:
-        """Per-prompt scores of every metric of every case, with the model as it is now.
+        """Per-prompt scores of every metric of every case, with the model as it is now (``stage``: see
+        :class:`~lightning_edit.scoring.kinds.PromptItem`).
 
         ``reference`` holds the unedited model's results (needed by ``agreement`` and filtered groups);
         ``contexts`` maps a case id to a text put before each of its prompts (in-context editing); ``owners`` maps
@@ -124,7 +129,7 @@ class CaseScorer:
         slots: list[tuple[PromptItem, PromptGroup, list[tuple[ScoreKind, str, list[Request]]]]] = []
         for case in cases:
             for name, group in case.groups.items():
-                for item in self._items(case, name, group, contexts.get(case.case_id, "")):
+                for item in self._items(case, name, group, contexts.get(case.case_id, ""), stage):
                     asks = [(score_kind(kind), metric, []) for kind, metric in group.metrics.items()]
                     for kind, _, requests in asks:
                         requests += kind.requests(item, self.config)
@@ -159,7 +164,7 @@ class CaseScorer:
             replace(case, groups={name: g for name, g in case.groups.items() if every_group or g.pre_edit})
             for case in cases
         ]
-        return {f"{name}_pre": value for name, value in self.score(selected, reference).items()}
+        return {f"{name}_pre": value for name, value in self.score(selected, reference, stage="pre").items()}
 
 
 def _filter_requests(item: PromptItem) -> list[Request]:

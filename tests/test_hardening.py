@@ -391,6 +391,16 @@ def test_a_prompt_a_score_kind_cannot_score_is_named_before_any_edit(capsys, mon
     assert not list(tmp_path.rglob("results.json"))
 
 
+def test_fit_of_an_editor_that_cannot_export_is_one_line_before_any_edit(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    status, err = run_main(
+        capsys, "fit", f"--config={ROOT / 'configs/methods/wise.yaml'}",
+        f"--config={ROOT / 'configs/models/toy-gpt2.yaml'}", f"--config={ROOT / 'configs/benchmarks/counterfact.yaml'}",
+        "--data.path=builtin:data/toy/counterfact.json", "--data.limit=2", *QUICK,
+    )  # fmt: skip
+    assert status == 1 and "Traceback" not in err and "routed side memories" in err.strip().splitlines()[-1], err
+
+
 def test_contradictory_settings_and_rejected_options(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     common = [f"--model.lm.path={TINY}", "--data=CounterFact", "--data.path=builtin:data/counterfact-flat.json"]

@@ -212,12 +212,12 @@ class ScEdit(EditDataModule):
 
     def _text_group(self, request: EditRequest, questions: list[str]) -> PromptGroup:
         """The script prompt around each Script Question; the judge reads the question, the fact prompt, both
-        objects and the tag ``post`` (Completeness judges by the new object)."""
+        objects and the stage as the template's tag (``post``: Completeness judges by the new object; ``pre`` for the
+        unedited model's ``_pre`` scores: by the true one)."""
         context = {
             "prompt": request.filled_prompt,
             "target_true": request.target_true,
             "target_new": request.target_new,
-            "tag": "post",
         }
         return PromptGroup(
             tuple(self.script_prompt.replace("{question}", question) for question in questions),

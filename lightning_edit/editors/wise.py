@@ -31,6 +31,7 @@ from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.locate import ContextTemplateCache, EditSites
+from lightning_edit.errors import ConfigError
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import resolve_architecture, to_linear, weight_layout
 from lightning_edit.models.tokenization import encode_prompt, encode_prompt_target, pad
@@ -40,6 +41,11 @@ ADAPTER_NAME = "wise"
 WISE_SEED_PROMPTS: tuple[str, ...] = ("I", "You", "Because", "Yes", "Q: ")
 #: Early stop of an edit: the loss changed by at most this and is at most :data:`STOP_LOSS` (EasyEdit).
 STOP_DELTA, STOP_LOSS = 1e-4, 2e-2
+
+_NO_EXPORT = (
+    "WISE's edits live in routed side memories, which an exported model would not hold: evaluate them with validate "
+    "(protocol sequential) instead of fit"
+)
 
 
 def activation_scores(inputs: Tensor, delta: Tensor) -> Tensor:
@@ -222,12 +228,13 @@ class WISE(EditorModule):
         if int(memory.open_count) >= self.save_freq:
             self._close(memory)
 
+    def on_fit_start(self) -> None:
+        """``fit`` exports, which WISE does not offer: say so before any edit."""
+        raise ConfigError(_NO_EXPORT)
+
     def export(self, directory: Path, cases: list[EditCase]) -> Path:
         """Not offered: the memories are routed, not weights a saved model could hold (docs/methods.md#wise)."""
-        raise NotImplementedError(
-            "WISE's edits live in routed side memories, which an exported model would not hold; evaluate them with "
-            "validate (protocol sequential) instead of fit"
-        )
+        raise ConfigError(_NO_EXPORT)
 
     def _close(self, memory: SideMemory) -> None:
         """Store the open memory as a closed one, start a new one from W_v, and merge if due."""

@@ -153,7 +153,7 @@ class JudgedKind(ScoreKind):
         return Generate(prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop, per_token_of)
 
     def _input(self, item: PromptItem, references: str | tuple[str, ...], prediction: str) -> JudgeInput:
-        context = {k: str(v) for k, v in item.details.get("context", {}).items()}
+        context = {k: str(v) for k, v in item.details.get("context", {}).items()} | {"stage": item.stage}
         return JudgeInput.of(item.details.get("question", item.bare_prompt), references, prediction, context)
 
     def check(self, item: PromptItem, tokenizer: PreTrainedTokenizerBase, positions: int | None) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -47,6 +47,8 @@ class PromptItem:
         expected: the answer the model should give.
         alternative: the competing answer (None if the group has none).
         details: per-prompt extras of the group that a benchmark's own kinds read (options, references, ...).
+        stage: ``post`` when the model is scored as edited (every run's metrics), ``pre`` for the unedited model's
+            ``_pre`` scores and reference.
     """
 
     case_id: int
@@ -57,6 +59,7 @@ class PromptItem:
     expected: str
     alternative: str | None
     details: Mapping[str, Any] = field(default_factory=dict)
+    stage: Literal["pre", "post"] = "post"
 
 
 class Request:

@@ -202,7 +202,7 @@ def test_text_level_prompts_the_paper_prompt_and_hands_the_judge_the_fact(tmp_pa
     assert group.details == (
         {
             "question": "How to visit the tower ?",
-            "context": {"prompt": "The tower is in", "target_true": "Paris", "target_new": "Rome", "tag": "post"},
+            "context": {"prompt": "The tower is in", "target_true": "Paris", "target_new": "Rome"},
         },
     )
     kind = score_kind("scedit_coherence")  # registered by setup, sampled as the released code, 9 steps at most

@@ -11,6 +11,7 @@ from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import WISE
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.wise import activation_scores, margin_loss, route, ties_merge
+from lightning_edit.errors import ConfigError
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.tokenization import encode_prompt
@@ -166,5 +167,5 @@ def test_settings_are_checked(tiny_model_dir, tmp_path):
         WISE(ModelSource(str(tiny_model_dir)))
     with pytest.raises(ValueError, match="multiple of save_freq"):
         wise(tiny_model_dir, save_freq=3, merge_freq=4)
-    with pytest.raises(NotImplementedError, match="routed side memories"):
+    with pytest.raises(ConfigError, match="routed side memories"):
         wise(tiny_model_dir).export(tmp_path, [])  # fit: nothing a saved model could hold

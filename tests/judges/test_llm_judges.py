@@ -56,7 +56,7 @@ def test_shipped_templates_render_with_their_fields():
         "How do I get to the Eiffel Tower?",
         "Marseille",
         "Take the train to Marseille.",
-        {"prompt": "The Eiffel Tower is in", "target_true": "Paris", "target_new": "Marseille", "tag": "post"},
+        {"prompt": "The Eiffel Tower is in", "target_true": "Paris", "target_new": "Marseille", "stage": "post"},
     )
     for name in TEMPLATES:
         messages = render(load_template(name)[1], item)

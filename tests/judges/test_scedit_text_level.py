@@ -163,3 +163,31 @@ def test_text_level_judged_by_a_loopback_server(chat_server, tmp_path, monkeypat
     prompt = record["prompt"]
     assert f"- Prompt: {prompt}\n- Target true: {record['ground_truth']}\n- Target new: {record['target_new']}" in text
     assert (tmp_path / "scedit_spearman.png").exists()
+
+
+def test_the_unedited_models_scripts_are_judged_with_the_tag_pre(chat_server, tmp_path, monkeypatch):
+    """Completeness judges by the true object for the ``_pre`` scores (tag "pre") and by the new one after editing."""
+
+    def respond(text: str, n: int):
+        scale = re.search(r"Dimension: (\w+)", text).group(1).lower()
+        tag = re.search(r"^- Tag: (\w+)$", text, re.MULTILINE)
+        return "reply", json.dumps({scale: 5 if tag and tag.group(1) == "pre" else 3})
+
+    chat_server.respond = respond
+    monkeypatch.setenv("SCEDIT_JUDGE_KEY", "sk-test")
+    judge = {"openai_chat": {"model": "judge-model", "base_url": chat_server.url, "api_key_env": "SCEDIT_JUDGE_KEY",
+                             "max_retries": 0, "cache_dir": str(tmp_path / "cache")}}  # fmt: skip
+    results = validate(
+        tmp_path,
+        f"--config={ROOT / 'configs/methods/no_edit.yaml'}",
+        "--model.lm.path=builtin:models/toy-gpt2",
+        "--model.scoring.pre_edit=true",
+        f"--config={ROOT / 'configs/benchmarks/scedit.yaml'}",
+        "--data.limit=1",
+        "--data.text_level=true",
+        "--data.script_max_new_tokens=16",
+        f"--data.judge={json.dumps(judge)}",
+    )
+    metrics = results["metrics"]
+    assert (metrics["Comp"]["macro"], metrics["Comp_pre"]["macro"]) == (3.0, 5.0)
+    assert (metrics["Exec"]["macro"], metrics["Exec_pre"]["macro"]) == (3.0, 3.0)  # the other templates have no tag
