@@ -117,6 +117,23 @@ def test_toy_run_of_both_levels_judged_by_a_local_model(length_judge, tmp_path):
     assert all(set(case["scores"]) == set(metrics) for case in cases)
 
 
+def validate_judged_by_server(chat_server, tmp_path, monkeypatch, *flags: str) -> dict:
+    """The unedited toy GPT-2's text level on the toy ScEdit-CF, judged by the loopback chat server."""
+    monkeypatch.setenv("SCEDIT_JUDGE_KEY", "sk-test")
+    judge = {"openai_chat": {"model": "judge-model", "base_url": chat_server.url, "api_key_env": "SCEDIT_JUDGE_KEY",
+                             "max_retries": 0, "cache_dir": str(tmp_path / "cache")}}  # fmt: skip
+    return validate(
+        tmp_path,
+        f"--config={ROOT / 'configs/methods/no_edit.yaml'}",
+        "--model.lm.path=builtin:models/toy-gpt2",
+        f"--config={ROOT / 'configs/benchmarks/scedit.yaml'}",
+        "--data.text_level=true",
+        "--data.script_max_new_tokens=16",
+        f"--data.judge={json.dumps(judge)}",
+        *flags,
+    )
+
+
 def test_text_level_judged_by_a_loopback_server(chat_server, tmp_path, monkeypatch):
     """Canned replies per scale and Script Question; the means are computed by hand."""
     questions = {q: (case, k) for case, r in enumerate(TOY[:3]) for k, q in enumerate(r["generation_prompts"])}
@@ -135,19 +152,7 @@ def test_text_level_judged_by_a_loopback_server(chat_server, tmp_path, monkeypat
         return "reply", json.dumps({"completeness": 3 if "- Tag: post" in text else 9})
 
     chat_server.respond = respond
-    monkeypatch.setenv("SCEDIT_JUDGE_KEY", "sk-test")
-    judge = {"openai_chat": {"model": "judge-model", "base_url": chat_server.url, "api_key_env": "SCEDIT_JUDGE_KEY",
-                             "max_retries": 0, "cache_dir": str(tmp_path / "cache")}}  # fmt: skip
-    results = validate(
-        tmp_path,
-        f"--config={ROOT / 'configs/methods/no_edit.yaml'}",
-        "--model.lm.path=builtin:models/toy-gpt2",
-        f"--config={ROOT / 'configs/benchmarks/scedit.yaml'}",
-        "--data.limit=3",
-        "--data.text_level=true",
-        "--data.script_max_new_tokens=16",
-        f"--data.judge={json.dumps(judge)}",
-    )
+    results = validate_judged_by_server(chat_server, tmp_path, monkeypatch, "--data.limit=3")
     metrics = results["metrics"]
     assert chat_server.calls == 24  # 4 scales x 6 scripts
     assert (metrics["Exec"]["macro"], metrics["Exec"]["micro"], metrics["Exec"]["n_prompts"]) == (6.0, 6.0, 6)
@@ -174,19 +179,8 @@ def test_the_unedited_models_scripts_are_judged_with_the_tag_pre(chat_server, tm
         return "reply", json.dumps({scale: 5 if tag and tag.group(1) == "pre" else 3})
 
     chat_server.respond = respond
-    monkeypatch.setenv("SCEDIT_JUDGE_KEY", "sk-test")
-    judge = {"openai_chat": {"model": "judge-model", "base_url": chat_server.url, "api_key_env": "SCEDIT_JUDGE_KEY",
-                             "max_retries": 0, "cache_dir": str(tmp_path / "cache")}}  # fmt: skip
-    results = validate(
-        tmp_path,
-        f"--config={ROOT / 'configs/methods/no_edit.yaml'}",
-        "--model.lm.path=builtin:models/toy-gpt2",
-        "--model.scoring.pre_edit=true",
-        f"--config={ROOT / 'configs/benchmarks/scedit.yaml'}",
-        "--data.limit=1",
-        "--data.text_level=true",
-        "--data.script_max_new_tokens=16",
-        f"--data.judge={json.dumps(judge)}",
+    results = validate_judged_by_server(
+        chat_server, tmp_path, monkeypatch, "--data.limit=1", "--model.scoring.pre_edit=true"
     )
     metrics = results["metrics"]
     assert (metrics["Comp"]["macro"], metrics["Comp_pre"]["macro"]) == (3.0, 5.0)
