@@ -57,8 +57,23 @@ def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> li
     for with_bos in (False, True):  # prompts that already start with BOS get no special tokens
         texts = [p for p in distinct if (bos is not None and p.startswith(bos)) == with_bos]
         if texts:
-            ids.update(zip(texts, tokenizer(texts, add_special_tokens=not with_bos)["input_ids"]))
+            ids.update(zip(texts, _encode_batch(tokenizer, texts, add_special_tokens=not with_bos)))
     return [ids[p] for p in prompts]
+
+
+def _encode_batch(tokenizer: PreTrainedTokenizerBase, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
+    """``tokenizer(texts)["input_ids"]``; a fast tokenizer whose backend is set as that call would set it (no
+    truncation, no padding, special tokens split or not as the tokenizer says) is asked for the ids alone (its Rust
+    backend's ``encode_batch_fast``: the same ids in about half the time)."""
+    backend = tokenizer.backend_tokenizer if tokenizer.is_fast else None
+    if (
+        backend is None
+        or backend.truncation is not None
+        or backend.padding is not None
+        or backend.encode_special_tokens != bool(getattr(tokenizer, "split_special_tokens", False))
+    ):
+        return tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
+    return [encoding.ids for encoding in backend.encode_batch_fast(texts, add_special_tokens=add_special_tokens)]
 
 
 def encode_prompt_targets(

@@ -1,13 +1,17 @@
 import pytest
 import torch
+from transformers import AutoTokenizer
 
+from lightning_edit.data.base import read_records
 from lightning_edit.models.tokenization import (
     encode_prompt,
     encode_prompt_target,
     encode_prompt_targets,
+    encode_prompts,
     format_prompt,
     pad,
 )
+from lightning_edit.resources import resolve_path
 
 
 def test_target_has_leading_space_and_no_bos(tiny_lm):
@@ -63,3 +67,15 @@ def test_batched_encoding_gives_the_ids_of_one_at_a_time(tiny_lm):
             assert isinstance(result, ValueError) and str(result) == str(error)
         else:
             assert result == expected
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "toy-gpt2", "toy-llama", "toy-rule-gpt2"])
+def test_batched_prompts_are_the_ids_of_the_tokenizer_call(name):
+    """The Rust backend's ids-only path equals ``tokenizer(text)``, BOS handling and repeated prompts included."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_path(f"builtin:models/{name}"))
+    records = read_records("builtin:data/toy/counterfact.json")[:20]
+    prompts = [p for r in records for p in r["paraphrase_prompts"] + r["neighborhood_prompts"]]
+    prompts += ["Zoë's café — naïve 東京 ✓", " leading space", "", tokenizer.bos_token + "Hello", prompts[0]]
+    assert encode_prompts(tokenizer, prompts) == [encode_prompt(tokenizer, p) for p in prompts]
+    tokenizer.backend_tokenizer.enable_truncation(3)  # a tokenizer that truncates takes the wrapper's path
+    assert encode_prompts(tokenizer, prompts[:3]) == [tokenizer(p)["input_ids"] for p in prompts[:3]]
