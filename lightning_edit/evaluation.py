@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lightning_edit.data.schema import EditCase, PromptGroup
 from lightning_edit.models.tokenization import format_prompt
 from lightning_edit.scoring import TargetScore
-from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, Target, run_requests, score_kind
+from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, Stage, Target, run_requests, score_kind
 
 # the unedited model's result of every request the reference asked for
 Reference = dict[Request, Any]
@@ -61,7 +61,7 @@ class CaseScorer:
         return format_prompt(self.tokenizer, prompt, self.config.chat_template)
 
     def _items(
-        self, case: EditCase, name: str, group: PromptGroup, context: str = "", stage: str = "post"
+        self, case: EditCase, name: str, group: PromptGroup, context: str = "", stage: Stage = "post"
     ) -> Iterator[PromptItem]:
         for k, prompt in enumerate(group.prompts):
             yield PromptItem(
@@ -115,7 +115,7 @@ class CaseScorer:
         reference: Reference | None = None,
         contexts: dict[int, str] | None = None,
         owners: dict[int, int] | None = None,
-        stage: str = "post",
+        stage: Stage = "post",
     ) -> Scores:
         """Per-prompt scores of every metric of every case, with the model as it is now (``stage``: see
         :class:`~lightning_edit.scoring.kinds.PromptItem`).

@@ -33,6 +33,8 @@ from lightning_edit.models.row_updates import routed
 from lightning_edit.scoring.generation import generate
 from lightning_edit.scoring.targets import TargetScore, agreement, prefers, score_targets
 
+Stage = Literal["pre", "post"]
+
 
 @dataclass(frozen=True)
 class PromptItem:
@@ -59,7 +61,7 @@ class PromptItem:
     expected: str
     alternative: str | None
     details: Mapping[str, Any] = field(default_factory=dict)
-    stage: Literal["pre", "post"] = "post"
+    stage: Stage = "post"
 
 
 class Request:
