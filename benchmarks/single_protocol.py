@@ -1,7 +1,7 @@
 """Cases per second of the ``single`` protocol, end to end, on the three paths (not a test).
 
     python benchmarks/single_protocol.py --threads 1                   # ROME and MEMIT, toy GPT-2, 100 toy cases
-    python benchmarks/single_protocol.py --methods alphaedit --model toy-llama --batch-size 100
+    python benchmarks/single_protocol.py --methods AlphaEdit --model toy-llama --batch-size 100
 
 For each method, three ``lightning-edit validate`` runs in this process (``build_cli``, so the clock covers the whole
 command after Python's imports: model loading, Trainer set-up, editing, scoring and reports) on the same cases:
@@ -21,46 +21,24 @@ prints cases/s and each path's speed-up over the reference.
 
 import argparse
 import json
-import os
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
+import torch
+from toy_runs import validate
 
-import torch  # noqa: E402
-
-from lightning_edit.cli import build_cli  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 PATHS = {
     "reference": ["--model.batched_single=false", "--model.target.full_forward=true"],
     "one at a time": ["--model.batched_single=false"],
     "batched": [],
 }
-METHOD_FLAGS = {"alphaedit": ["--model.nullspace_threshold=0.5", "--model.l2=1"]}  # docs/toy-presets.md
 
 
 def run(method: str, args, limit: int, flags: list[str], directory: Path) -> tuple[float, list[dict]]:
-    """Seconds of one validate command, and its per-case scores."""
-    cli_args = [
-        f"--config={ROOT / 'configs/methods' / method}.yaml",
-        f"--config={ROOT / 'configs/models' / args.model}.yaml",
-        f"--config={ROOT / 'configs/benchmarks/counterfact.yaml'}",
-        "--data.path=builtin:data/toy/counterfact.json",
-        f"--data.limit={limit}",
-        f"--data.batch_size={args.batch_size}",
-        f"--trainer.default_root_dir={directory}",
-        "--trainer.logger=false",
-        "--trainer.enable_progress_bar=false",
-        *METHOD_FLAGS.get(method, []),
-        *flags,
-    ]
-    print("lightning-edit validate " + " ".join(cli_args), file=sys.stderr)
-    start = time.perf_counter()
-    build_cli(["validate", *cli_args])
-    seconds = time.perf_counter() - start
+    """Seconds of one validate command (``single`` protocol, the toy flags of toy_runs.py), and its per-case scores."""
+    data = ["--data.path=builtin:data/toy/counterfact.json", f"--data.limit={limit}"]
+    data += [f"--data.batch_size={args.batch_size}"]
+    _, seconds = validate(method, args.model, "counterfact", directory, [*data, *flags])
     cases = [json.loads(line) for line in (directory / "cases.jsonl").read_text().splitlines()]
     return seconds, [{"case_id": case["case_id"], "scores": case["scores"]} for case in cases]
 
@@ -68,7 +46,7 @@ def run(method: str, args, limit: int, flags: list[str], directory: Path) -> tup
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
-    parser.add_argument("--methods", nargs="+", default=["rome", "memit"], help="configs/methods/<method>.yaml")
+    parser.add_argument("--methods", nargs="+", default=["ROME", "MEMIT"], help="rows of toy_runs.py")
     parser.add_argument("--limit", type=int, default=100, help="the first cases of the toy CounterFact file")
     parser.add_argument("--batch-size", type=int, default=32, help="--data.batch_size: cases edited together")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
