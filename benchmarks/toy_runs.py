@@ -1,6 +1,7 @@
 """What the toy benchmark scripts share: the editors' toy flags and one in-process ``lightning-edit validate`` run.
 
-Imported by ``toy_bake.py``, ``toy_editing.py`` and ``toy_ruleedit.py`` (Python puts the script's folder on the path).
+Imported by ``toy_bake.py``, ``toy_editing.py``, ``toy_ruleedit.py`` and ``toy_scedit.py`` (Python puts the script's
+folder on the path).
 """
 
 import os
@@ -29,6 +30,7 @@ METHODS = {
     "FT-M": ("ft_m", True, []),
     "LoRA": ("lora", True, ["--model.num_steps=20", "--model.early_stop_loss=1e-2", "--model.lr=1e-3"]),
     "RECT": ("rect", True, []),
+    "MEND": ("mend", True, ["--model.sites.mend_layers=[2,3]"]),  # configs/toy/mend.yaml's; a run adds ckpt_path
     "PROMPT": ("prompt", False, []),
     "IKE": ("ike", False, []),
 }

@@ -244,7 +244,23 @@ class SigtermAt(Callback):
             os.kill(os.getpid(), signal.SIGTERM)  # the trainer's handler notes it; the fit stops after this batch
 
 
-@pytest.mark.parametrize("stop", [3, 5, 10], ids=["mid-epoch", "epoch-end-mid-accumulation", "epoch-end"])
+class SigtermAfterEpoch(Callback):
+    """Sends this process SIGTERM after the last batch of epoch ``epoch`` (from 0): the trainer stops between epochs,
+    once the epoch is counted complete (a signal that arrives while the epoch ends)."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    def on_train_epoch_end(self, trainer: Trainer, module: MEND) -> None:
+        if trainer.current_epoch == self.epoch:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize(
+    "stop",
+    [SigtermAt(3), SigtermAt(5), SigtermAt(10), SigtermAfterEpoch(0), SigtermAfterEpoch(1)],
+    ids=["mid-epoch", "epoch-end-mid-accumulation", "epoch-end", "between-epochs-mid-accumulation", "between-epochs"],
+)
 def test_fit_stopped_by_sigterm_resumes_bit_identically(tiny_model_dir, tmp_path, stop):
     """SIGTERM mid-epoch, between two batches of an accumulation, or after an epoch's last batch: the resumed fit
     (``interrupted.ckpt``) ends with the network of the uninterrupted fit, bit for bit."""
@@ -263,9 +279,9 @@ def test_fit_stopped_by_sigterm_resumes_bit_identically(tiny_model_dir, tmp_path
             ToyEditTraining(**data_args),
             tmp_path / "b",
             max_steps=7,
-            callbacks=[SigtermAt(stop), InterruptCheckpoint()],
+            callbacks=[stop, InterruptCheckpoint()],
         )
-    assert stopped.batches_seen == stop
+    assert stopped.batches_seen == getattr(stop, "batch", 5 * (getattr(stop, "epoch", 0) + 1))
 
     seed_everything(1)  # the resumed run must not depend on the global seed
     resumed = mend(tiny_model_dir, **kwargs)

@@ -1,0 +1,68 @@
+"""ScEdit on a shipped toy model: token level and judged text level of ScEdit's editors (not a test).
+
+    python benchmarks/toy_scedit.py                                  # trains the toy MEND network first (~6 min)
+    python benchmarks/toy_scedit.py --mend runs/toy-mend/lightning_logs/version_0/mend.pt --limit 50
+
+Each row is one ``lightning-edit validate`` run, in-process, of ``configs/methods/<method>.yaml`` (+ the toy GPT-2
+preset for weight editors) + ``configs/benchmarks/scedit.yaml`` on the toy ScEdit-CF, with ``--data.generation``
+and ``--data.text_level`` on, under the paper's protocol (single edits, rolled back); the command is printed on
+stderr. The methods are the paper's (FT, FT+L, MEND, ROME, MEMIT; PROMPT stands for its in-context row). Scripts
+are written after the bare Script Question (the toy model never saw the paper's instruction prompt) and judged by
+the shipped toy judge (``builtin:models/toy-judge-gpt2``, docs/toy-presets.md): a smoke test of the pipeline, whose
+Likert values are not comparable with the paper's GPT-4o ratings. MEND edits with ``--mend`` (a ``mend.pt``), or
+with a network trained here by ``configs/toy/mend.yaml``. Token-level metrics are macro means (fractions);
+Exec/Coh/Cons/Comp are mean ratings (1-7); GE is the mean n-gram entropy of the sampled scripts.
+"""
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from toy_runs import ROOT, build_cli, validate
+
+METRICS = ("ES", "S-ES", "S-NS", "GE", "Exec", "Coh", "Cons", "Comp")
+ROWS = ("unedited", "FT", "FT-L", "MEND", "ROME", "MEMIT", "PROMPT")
+JUDGE = '{"local_lm": {"path": "builtin:models/toy-judge-gpt2"}}'
+
+
+def train_mend(root: Path) -> Path:
+    """The toy GPT-2's MEND network, trained by ``configs/toy/mend.yaml`` into ``root``."""
+    build_cli(["fit", f"--config={ROOT / 'configs/toy/mend.yaml'}", f"--trainer.default_root_dir={root}",
+               "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+               f"--model.output_dir={root}"])  # fmt: skip
+    return root / "mend.pt"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", nargs="+", default=list(ROWS), choices=ROWS)
+    parser.add_argument("--limit", type=int, default=50, help="the first cases of the toy ScEdit-CF file")
+    parser.add_argument("--mend", type=Path, default=None, help="a trained toy MEND network (default: train one)")
+    parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
+    args = parser.parse_args()
+    root = args.root or Path(tempfile.mkdtemp(prefix="toy_scedit_"))
+    data = [f"--data.limit={args.limit}", "--data.generation=true", "--data.text_level=true",
+            f"--data.judge={JUDGE}", "--data.script_prompt={question}"]  # fmt: skip
+    results = []
+    for name in args.methods:
+        flags = []
+        if name == "MEND":
+            mend = args.mend or train_mend(root / "mend-training")
+            flags = [f"--model.ckpt_path={mend}"]
+        metrics, seconds = validate(name, "toy-gpt2", "scedit", root / name, [*data, *flags])
+        results.append((name, metrics, seconds))
+    print(f"\ntoy-gpt2, {args.limit} toy ScEdit-CF edits, single (runs in {root})\n")
+    print("| method | " + " | ".join(METRICS) + " | seconds |")
+    print("|---|" + "---|" * len(METRICS) + "---|")
+    for name, metrics, seconds in results:
+        decimals = {m: 2 if m in ("GE", "Exec", "Coh", "Cons", "Comp") else 3 for m in METRICS}
+        values = " | ".join(f"{metrics[m]['macro']:.{decimals[m]}f}" if m in metrics else "-" for m in METRICS)
+        print(f"| {name} | {values} | {seconds:.0f} |")
+    (root / "table.json").write_text(
+        json.dumps([{"method": n, "metrics": r, "seconds": s} for n, r, s in results], indent=1, default=str)
+    )
+
+
+if __name__ == "__main__":
+    main()
