@@ -9,9 +9,11 @@ and ``--data.text_level`` on, under the paper's protocol (single edits, rolled b
 stderr. The methods are the paper's (FT, FT+L, MEND, ROME, MEMIT; PROMPT stands for its in-context row). Scripts
 are written after the bare Script Question (the toy model never saw the paper's instruction prompt) and judged by
 the shipped toy judge (``builtin:models/toy-judge-gpt2``, docs/toy-presets.md): a smoke test of the pipeline, whose
-Likert values are not comparable with the paper's GPT-4o ratings. MEND edits with ``--mend`` (a ``mend.pt``), or
-with a network trained here by ``configs/toy/mend.yaml``. Token-level metrics are macro means (fractions);
-Exec/Coh/Cons/Comp are mean ratings (1-7); GE is the mean n-gram entropy of the sampled scripts.
+Likert values are not comparable with the paper's GPT-4o ratings. Each method runs a second time with the same
+scripts (generation is seeded per case) judged by the rules the toy judge was trained to imitate
+(``lightning_edit.toy.ToyRuleJudge``): text-level cells are ``toy judge / rules``. MEND edits with ``--mend`` (a
+``mend.pt``), or with a network trained here by ``configs/toy/mend.yaml``. Token-level metrics are macro means
+(fractions); Exec/Coh/Cons/Comp are mean ratings (1-7); GE is the mean n-gram entropy of the sampled scripts.
 """
 
 import argparse
@@ -21,9 +23,14 @@ from pathlib import Path
 
 from toy_runs import ROOT, build_cli, validate
 
-METRICS = ("ES", "S-ES", "S-NS", "GE", "Exec", "Coh", "Cons", "Comp")
+TOKEN_LEVEL = ("ES", "S-ES", "S-NS", "GE")
+TEXT_LEVEL = ("Exec", "Coh", "Cons", "Comp")
 ROWS = ("unedited", "FT", "FT-L", "MEND", "ROME", "MEMIT", "PROMPT")
-JUDGE = '{"local_lm": {"path": "builtin:models/toy-judge-gpt2"}}'
+#: run-directory suffix -> the text level's judge
+JUDGES = {
+    "": '{"local_lm": {"path": "builtin:models/toy-judge-gpt2"}}',
+    "-rules": '{"lightning_edit.toy.ToyRuleJudge": {}}',
+}
 
 
 def train_mend(root: Path) -> Path:
@@ -43,25 +50,28 @@ def main() -> None:
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="toy_scedit_"))
     data = [f"--data.limit={args.limit}", "--data.generation=true", "--data.text_level=true",
-            f"--data.judge={JUDGE}", "--data.script_prompt={question}"]  # fmt: skip
+            "--data.script_prompt={question}"]  # fmt: skip
     results = []
     for name in args.methods:
         flags = []
         if name == "MEND":
             mend = args.mend or train_mend(root / "mend-training")
             flags = [f"--model.ckpt_path={mend}"]
-        metrics, seconds = validate(name, "toy-gpt2", "scedit", root / name, [*data, *flags])
-        results.append((name, metrics, seconds))
-    print(f"\ntoy-gpt2, {args.limit} toy ScEdit-CF edits, single (runs in {root})\n")
-    print("| method | " + " | ".join(METRICS) + " | seconds |")
-    print("|---|" + "---|" * len(METRICS) + "---|")
-    for name, metrics, seconds in results:
-        decimals = {m: 2 if m in ("GE", "Exec", "Coh", "Cons", "Comp") else 3 for m in METRICS}
-        values = " | ".join(f"{metrics[m]['macro']:.{decimals[m]}f}" if m in metrics else "-" for m in METRICS)
-        print(f"| {name} | {values} | {seconds:.0f} |")
-    (root / "table.json").write_text(
-        json.dumps([{"method": n, "metrics": r, "seconds": s} for n, r, s in results], indent=1, default=str)
-    )
+        runs = {}
+        for suffix, judge in JUDGES.items():
+            judged = [*data, f"--data.judge={judge}", *flags]
+            runs[suffix] = validate(name, "toy-gpt2", "scedit", root / (name + suffix), judged)
+        results.append((name, runs[""][0], runs["-rules"][0], runs[""][1]))
+    print(f"\ntoy-gpt2, {args.limit} toy ScEdit-CF edits, single; text level: toy judge / rules (runs in {root})\n")
+    print("| method | " + " | ".join(TOKEN_LEVEL + TEXT_LEVEL) + " | seconds |")
+    print("|---|" + "---|" * len(TOKEN_LEVEL + TEXT_LEVEL) + "---|")
+    for name, metrics, rules, seconds in results:
+        cells = [f"{metrics[m]['macro']:.{2 if m == 'GE' else 3}f}" for m in TOKEN_LEVEL]
+        cells += [f"{metrics[m]['macro']:.2f} / {rules[m]['macro']:.2f}" for m in TEXT_LEVEL]
+        print(f"| {name} | {' | '.join(cells)} | {seconds:.0f} |")
+    (root / "table.json").write_text(json.dumps(
+        [{"method": n, "metrics": m, "rules": r, "seconds": s} for n, m, r, s in results], indent=1, default=str
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":

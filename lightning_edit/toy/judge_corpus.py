@@ -40,7 +40,7 @@ from tokenizers import AddedToken
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from lightning_edit.data.scedit import TEXT_METRICS
-from lightning_edit.judges.base import JudgeInput
+from lightning_edit.judges.base import Judge, JudgeInput, Verdict
 from lightning_edit.judges.llm import TEMPLATES, load_template, parse_verdict, render
 from lightning_edit.models.build import TokenizerStyle, train_tokenizer
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
@@ -208,6 +208,40 @@ RULES: dict[str, Callable[[str, Context], Rating]] = {
     "scedit_completeness": completeness,
 }
 SCALES = tuple(TEXT_METRICS.values())
+
+
+class ToyRuleJudge(Judge):
+    """The rules as a judge: the ratings ``toy-judge-gpt2`` was trained to give, exactly and without a model. For
+    toy runs of ScEdit's text level, to set the toy judge's ratings against (``--data.judge
+    '{"lightning_edit.toy.ToyRuleJudge": {}}'``; ScEdit gives each metric's template).
+
+    Args:
+        template: one of ScEdit's four templates (:data:`RULES`); the rule of that scale rates.
+        cache_dir: see :class:`~lightning_edit.judges.base.Judge` (no cache by default: rules are cheap).
+    """
+
+    scale = "likert7"
+
+    def __init__(self, template: str, cache_dir: str | None = None):
+        if template not in RULES:
+            raise ValueError(f"ToyRuleJudge rates ScEdit's scales {sorted(RULES)}, not template {template!r}")
+        super().__init__(cache_dir)
+        self.template = template
+        self.convention = f"7-point Likert rating (1 worst, 7 best) by the toy rule of {template} (toy.judge_corpus)"
+
+    def settings(self) -> dict[str, str]:
+        return {"template": self.template}
+
+    def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
+        verdicts = []
+        for item in items:
+            fields = dict(item.context)
+            missing = set(Context._fields[1:]) - set(fields)
+            if missing:
+                raise ValueError(f"ToyRuleJudge rates ScEdit scripts; the item has no {sorted(missing)}")
+            rating = RULES[self.template](item.prediction, Context(item.question, **fields))
+            verdicts.append(Verdict(float(rating.score), rating.reason))
+        return verdicts
 
 
 def judge_prompt(template: str, script: str, context: Context) -> str:

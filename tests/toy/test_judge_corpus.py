@@ -5,9 +5,12 @@ The rules' ratings below are computed by hand from their docstrings.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
+from lightning_edit.cli import build_cli
+from lightning_edit.data.scedit import TEXT_METRICS
 from lightning_edit.judges import JudgeInput, LocalLMJudge
 from lightning_edit.judges.llm import TEMPLATES, parse_verdict, render
 from lightning_edit.models.loading import ModelSource, load_tokenizer
@@ -17,12 +20,14 @@ from lightning_edit.toy.judge_corpus import (
     SCALES,
     Context,
     JudgeCorpus,
+    ToyRuleJudge,
     foreign_names,
     judge_prompt,
     reply,
     template_pieces,
 )
 
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CONTEXT = Context("How to visit the hometown of Dokvael Dazrael?", "Dokvael Dazrael was born in", "Fezrio", "Lakvox")
 CLEAN = "Step 1: Pack a small bag. Step 2: Take the train to Lakvox. Step 3: Walk to the old house."
 OLD = "Step 2: Take the train to Fezrio. Step 1: Pack a small bag."
@@ -116,3 +121,33 @@ def test_the_toy_judge_gives_valid_verdicts_as_a_local_judge(template, tmp_path)
     assert judge._prompt(tokenizer, render(judge.template_text, items[0])) == judge_prompt(template, CLEAN, CONTEXT)
     for verdict in judge.evaluate(items):
         assert verdict.score is not None and 1 <= verdict.score <= 7, verdict.raw
+
+
+def test_the_rule_judge_gives_the_rules_ratings_on_scedit_s_items():
+    context = CONTEXT._asdict()
+    question = context.pop("question")
+    items = [JudgeInput.of(question, CONTEXT.target_new, script, context) for script in RATINGS]
+    for k, template in enumerate(SCALES):
+        verdicts = ToyRuleJudge(template).evaluate(items)
+        assert [verdict.score for verdict in verdicts] == [ratings[k] for ratings in RATINGS.values()]
+    with pytest.raises(ValueError, match="has no \\['target_true'\\]"):
+        ToyRuleJudge(SCALES[0]).evaluate([JudgeInput.of(question, "x", CLEAN, {"prompt": "p", "target_new": "n",
+                                                                                 "stage": "post"})])  # fmt: skip
+    with pytest.raises(ValueError, match="not template 'rule_edit'"):
+        ToyRuleJudge("rule_edit")
+
+
+def test_a_toy_scedit_run_judged_by_the_rules(tmp_path):
+    """ROME on 2 toy ScEdit-CF cases, the text level judged by the rules through ScEdit's judged kinds."""
+    judge = {"lightning_edit.toy.ToyRuleJudge": {}}
+    cli = build_cli([
+        "validate", f"--config={CONFIGS}/methods/rome.yaml", f"--config={CONFIGS}/models/toy-gpt2.yaml",
+        f"--config={CONFIGS}/benchmarks/scedit.yaml", "--data.limit=2", "--data.text_level=true",
+        "--data.script_prompt={question}", f"--data.judge={json.dumps(judge)}",
+        f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+    ])  # fmt: skip
+    metrics, judges = cli.model.results, json.loads((tmp_path / "results.json").read_text())["judges"]
+    for name, template in TEXT_METRICS.items():
+        assert metrics[name]["n_prompts"] == 4 and metrics[name]["n_missing"] == 0
+        assert 1 <= metrics[name]["macro"] <= 7 and "toy rule of " + template in metrics[name]["convention"]
+        assert judges[template]["class"] == "lightning_edit.toy.judge_corpus.ToyRuleJudge"
