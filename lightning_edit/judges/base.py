@@ -54,7 +54,7 @@ class JudgeInput:
 
     def key(self) -> str:
         """A stable digest of the input (cache keys, agreement items)."""
-        return _digest([self.question, list(self.references), self.prediction, [list(p) for p in self.context]])
+        return stable_digest([self.question, list(self.references), self.prediction, [list(p) for p in self.context]])
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class Judge:
 
     def identity(self) -> str:
         """The digest of the class and its settings: the judge's part of every cache key."""
-        return _digest([type(self).__module__, type(self).__qualname__, self.settings()])
+        return stable_digest([type(self).__module__, type(self).__qualname__, self.settings()])
 
     def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
         """The verdict of every item, in order (no cache); subclasses implement it."""
@@ -178,5 +178,5 @@ def judge_cache_dir(cache_dir: str | Path | None = None) -> Path:
     return Path(root).expanduser() / "judges" if root else Path.home() / ".cache" / "lightning_edit" / "judges"
 
 
-def _digest(value: Any) -> str:
+def stable_digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()

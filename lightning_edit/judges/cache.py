@@ -1,7 +1,8 @@
 """The on-disk verdict cache: one SQLite file, keyed by the judge's identity and the item's digest.
 
-The judge's identity is a digest of its class and settings (model, template text, parameters; never an API key), so
-changing any of them misses the cache instead of reusing verdicts of another judge. SQLite serialises writers, so
+The judge's identity is a digest of its class and settings (model, template text, parameters; never an API key) and,
+for a local model, of its weights, so changing any of them misses the cache instead of reusing verdicts of another
+judge. SQLite serialises writers, so
 several processes of one run may share the file.
 """
 

@@ -14,11 +14,12 @@ from typing import Any, Literal
 import torch
 
 from lightning_edit.errors import ConfigError
-from lightning_edit.judges.base import Scale
+from lightning_edit.judges.base import Scale, stable_digest
 from lightning_edit.judges.llm import LLMJudge
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.models.tokenization import encode_prompt
 from lightning_edit.scoring.generation import generate
+from lightning_edit.stats.fingerprint import weights_digest
 
 
 class LocalLMJudge(LLMJudge):
@@ -49,6 +50,12 @@ class LocalLMJudge(LLMJudge):
 
     def settings(self) -> dict[str, Any]:
         return {"model": self.path, "dtype": self.dtype, **super().settings()}
+
+    def identity(self) -> str:
+        """As :meth:`~lightning_edit.judges.base.Judge.identity`, with the digest of the judge model's weights: a model
+        trained again in the same folder is not served the verdicts of the old one (the model is loaded for it)."""
+        model, _ = _load(self.path, self.dtype)
+        return stable_digest([super().identity(), weights_digest(model)])
 
     def _prompt(self, tokenizer, messages: list[dict[str, str]]) -> str:
         if tokenizer.chat_template is not None:

@@ -91,6 +91,15 @@ def model_fingerprints(model: nn.Module, layers: Iterable[int]) -> dict[int, str
     return fingerprints
 
 
+def weights_digest(model: nn.Module) -> str:
+    """sha256 of the config (as :func:`config_digest`) and of every parameter (:func:`tensor_digest`): the whole
+    model's weights, whatever folder they were read from."""
+    digest = hashlib.sha256(config_digest(model).encode())
+    for name, param in sorted(model.named_parameters()):
+        digest.update(f"\n{name}={tensor_digest(param)}".encode())
+    return digest.hexdigest()
+
+
 def model_fingerprint(model: nn.Module, layer: int) -> str:
     """Fingerprint of everything the statistics of ``layer`` depend on (see module docstring)."""
     return model_fingerprints(model, [layer])[layer]

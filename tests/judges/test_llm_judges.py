@@ -1,9 +1,11 @@
 """LLM judges: templates, strict verdict parsing, the local back end on the toy model, and naming judges in configs."""
 
 import pytest
+import torch
 
-from lightning_edit.judges import ExactMatchJudge, JudgeInput, LocalLMJudge, SymbolicMathJudge, build_judge
+from lightning_edit.judges import ExactMatchJudge, JudgeInput, LocalLMJudge, SymbolicMathJudge, build_judge, local_lm
 from lightning_edit.judges.llm import TEMPLATES, load_template, parse_verdict, render
+from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 
 
 @pytest.mark.parametrize(
@@ -86,6 +88,26 @@ def test_the_local_judge_runs_on_the_toy_model(tmp_path):
         cache_dir=str(tmp_path / "cache"),
     ).judge(items)  # fmt: skip
     assert [v.raw for v in again] == [v.raw for v in verdicts] and all(v.cached for v in again)
+
+
+def test_a_local_judge_trained_again_in_its_folder_misses_the_cache(tmp_path):
+    model, tokenizer = load_model_and_tokenizer(ModelSource("builtin:models/toy-gpt2"))
+    model.save_pretrained(tmp_path / "judge")
+    tokenizer.save_pretrained(tmp_path / "judge")
+    template = tmp_path / "short.txt"
+    template.write_text("[SYSTEM]\nJudge.\n[USER]\nThe capital of {question} is {prediction}. Is it {reference}?")
+
+    def judged() -> list:
+        local_lm._load.cache_clear()  # a new process
+        judge = LocalLMJudge(str(tmp_path / "judge"), template=str(template), scale="binary", key="verdict",
+                             max_tokens=2, cache_dir=str(tmp_path / "cache"))  # fmt: skip
+        return judge.judge([JudgeInput.of("Gadzu", "green", "green")])
+
+    assert not judged()[0].cached and judged()[0].cached
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] += 1.0  # one weight of the judge changes: "trained again"
+    model.save_pretrained(tmp_path / "judge")
+    assert not judged()[0].cached
 
 
 def test_a_custom_template_needs_its_scale_and_key(tmp_path):
