@@ -21,6 +21,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import torch
 from toy_runs import ROOT, build_cli, validate
 
 TOKEN_LEVEL = ("ES", "S-ES", "S-NS", "GE")
@@ -47,7 +48,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=50, help="the first cases of the toy ScEdit-CF file")
     parser.add_argument("--mend", type=Path, default=None, help="a trained toy MEND network (default: train one)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the README's figures: 1)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     root = args.root or Path(tempfile.mkdtemp(prefix="toy_scedit_"))
     data = [f"--data.limit={args.limit}", "--data.generation=true", "--data.text_level=true",
             "--data.script_prompt={question}"]  # fmt: skip

@@ -2,8 +2,7 @@
 
 The judge's identity is a digest of its class and settings (model, template text, parameters; never an API key) and,
 for a local model, of its weights, so changing any of them misses the cache instead of reusing verdicts of another
-judge. SQLite serialises writers, so
-several processes of one run may share the file.
+judge. SQLite serialises writers, so several processes of one run may share the file.
 """
 
 from __future__ import annotations
