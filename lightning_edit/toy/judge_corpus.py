@@ -259,6 +259,13 @@ def template_pieces(template: str) -> list[str]:
     return [piece.rstrip(" ") for piece in prompt.split(blank) if piece.rstrip(" ")]
 
 
+def fixed_pieces() -> list[str]:
+    """Every distinct :func:`template_pieces` of the four templates, longest first, then alphabetical: the tokens the
+    judge's tokenizer adds, in the order of their ids (a fixed order, so a new fit gives the same ids)."""
+    pieces = {piece for template in SCALES for piece in template_pieces(template)}
+    return sorted(pieces, key=lambda piece: (-len(piece), piece))
+
+
 def reply(template: str, rating: Rating) -> str:
     """The judge's reply: ``{"<key>":<score>,"reason":"<reason>"}``, compact JSON."""
     return json.dumps({TEMPLATES[template][1]: rating.score, "reason": rating.reason}, separators=(",", ":"))
@@ -533,7 +540,7 @@ class JudgeCorpus(TextCorpus):
     def tokenizer(self) -> PreTrainedTokenizerFast:
         """A BPE trained on the training text without the templates' fixed text, plus each fixed piece of a template
         (:func:`template_pieces`) as one token: a filled template is its fields' tokens and a few more."""
-        pieces = sorted({piece for template in SCALES for piece in template_pieces(template)}, key=len, reverse=True)
+        pieces = fixed_pieces()
         fixed = re.compile("|".join(map(re.escape, pieces)))
         tokenizer = train_tokenizer(
             [fixed.sub("\n", text) for text in self.corpus], self.tokenizer_style, self.vocab_size

@@ -21,6 +21,7 @@ from lightning_edit.toy.judge_corpus import (
     Context,
     JudgeCorpus,
     ToyRuleJudge,
+    fixed_pieces,
     foreign_names,
     judge_prompt,
     reply,
@@ -99,6 +100,12 @@ def test_every_item_is_the_prompt_the_judge_reads_then_the_rule_s_reply(small):
             assert text.startswith(prompt) and "\n" not in text[len(prompt) :]
             score, _ = parse_verdict(text[len(prompt) :], "likert7", TEMPLATES[template][1])
             assert score == example.rating(template).score and 1 <= score <= 7
+
+
+def test_the_template_pieces_are_the_shipped_tokenizer_s_added_tokens_in_order():
+    shipped = json.loads(resolve_path("builtin:models/toy-judge-gpt2/tokenizer.json").read_text())
+    added = [token["content"] for token in shipped["added_tokens"] if not token["special"]]
+    assert added == fixed_pieces() and len(set(added)) == len(added)
 
 
 def test_the_loss_is_on_the_script_and_the_reply(small):
