@@ -62,6 +62,16 @@ TEXT_METRICS = {
     "Cons": "scedit_consistency",
     "Comp": "scedit_completeness",
 }
+#: a script's default token budget (the released code: 300 tokens with the prompt)
+SCRIPT_MAX_NEW_TOKENS = 200
+
+
+def script_generation(max_new_tokens: int = SCRIPT_MAX_NEW_TOKENS) -> Generation:
+    """How the text level writes a script: sampled top-k 5 as the released ``generate_fast2``, cut before a 10th step
+    (the prompt allows 9)."""
+    return Generation(max_new_tokens, do_sample=True, top_k=5, stop=("Step 10",))
+
+
 #: the paper's judge (appendix B.2), the default of ``judge``
 PAPER_JUDGE = {"openai_chat": {"model": "gpt-4o-2024-11-20"}}
 
@@ -125,7 +135,7 @@ class ScEdit(EditDataModule):
         text_level: bool = False,
         judge: dict[str, Any] | None = None,
         script_prompt: str | None = None,
-        script_max_new_tokens: int = 200,
+        script_max_new_tokens: int = SCRIPT_MAX_NEW_TOKENS,
     ):
         super().__init__(path, limit, sample_seed, batch_size)
         if text_level and variant != "cf":
@@ -174,9 +184,9 @@ class ScEdit(EditDataModule):
         return cases
 
     def _register_judges(self) -> None:
-        """The judged kinds of the text level: ``judge`` with each metric's template, on scripts sampled with the
-        released code's top-k 5, cut before a 10th step (the prompt allows 9)."""
-        generation = Generation(self.script_max_new_tokens, do_sample=True, top_k=5, stop=("Step 10",))
+        """The judged kinds of the text level: ``judge`` with each metric's template, on scripts written as
+        :func:`script_generation` writes them."""
+        generation = script_generation(self.script_max_new_tokens)
         [(name, arguments)] = self.judge.items()
         for template in TEXT_METRICS.values():
             register_judged_kind(

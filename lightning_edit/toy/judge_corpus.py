@@ -39,7 +39,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from tokenizers import AddedToken
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from lightning_edit.data.scedit import TEXT_METRICS
+from lightning_edit.data.scedit import TEXT_METRICS, script_generation
 from lightning_edit.judges.base import Judge, JudgeInput, Verdict
 from lightning_edit.judges.llm import TEMPLATES, load_template, parse_verdict, render
 from lightning_edit.models.build import TokenizerStyle, train_tokenizer
@@ -392,22 +392,22 @@ def world_examples(questions: list[Question], per_question: int, rng: random.Ran
     return examples
 
 
-#: how ScEdit's text level samples a script (``ScEdit._register_judges``, default budget)
-SAMPLING = dict(max_new_tokens=200, do_sample=True, top_k=5, stop_strings=("Step 10",))
-
-
 def sampled_examples(
     questions: list[Question], models: tuple[str, ...], samples: int, seed: int, rng: random.Random, batch_size: int
 ) -> list[Example]:
     """``samples`` scripts of each model for each question (the bare question as the prompt, as the toy models
-    write scripts; sampled as :data:`SAMPLING`, seeds ``seed``, ``seed + 1``, ...), half of them with the new object
-    in place of the true one (as an edited model would write)."""
+    write scripts; sampled as ScEdit's text level samples them, :func:`~lightning_edit.data.scedit.script_generation`,
+    seeds ``seed``, ``seed + 1``, ...), half of them with the new object in place of the true one (as an edited model
+    would write)."""
     examples = []
     prompts = [question.context.question for question in questions]
+    g = script_generation()
+    sampling = dict(max_new_tokens=g.max_new_tokens, do_sample=g.do_sample, top_k=g.top_k, temperature=g.temperature,
+                    stop_strings=g.stop)  # fmt: skip
     for path in models:
         model, tokenizer = load_model_and_tokenizer(ModelSource(path))
         for k in range(samples):
-            texts = generate(model, tokenizer, prompts, seed=seed + k, batch_size=batch_size, **SAMPLING)
+            texts = generate(model, tokenizer, prompts, seed=seed + k, batch_size=batch_size, **sampling)
             for question, text in zip(questions, texts):
                 script, source = text.strip(), path.rsplit("/", 1)[-1]
                 if rng.random() < 0.5:
