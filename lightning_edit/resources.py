@@ -7,11 +7,19 @@ work from any working directory, whether the package is installed or used from a
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 ASSETS_DIR = Path(__file__).parent / "assets"
 BUILTIN_PREFIX = "builtin:"
+CACHE_ENV = "LIGHTNING_EDIT_CACHE"
+
+
+def user_cache_dir(kind: str) -> Path:
+    """``$LIGHTNING_EDIT_CACHE/<kind>``, else ``~/.cache/lightning_edit/<kind>`` (statistics, verdicts, models)."""
+    root = os.environ.get(CACHE_ENV)
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "lightning_edit") / kind
 
 
 def resolve_path(path: str | Path) -> Path:

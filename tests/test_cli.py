@@ -86,7 +86,7 @@ def test_help_and_print_config(capsys):
     with pytest.raises(SystemExit):
         build_cli(["validate", "--model=NoEdit", "--model.lm.path=x", "--data=ZsRE", "--data.path=y", "--print_config"])
     printed = capsys.readouterr().out
-    assert "lightning_edit.editors.NoEdit" in printed and "target: alt" in printed
+    assert "lightning_edit.editors.NoEdit" in printed and "edit_target: alt" in printed
 
 
 def test_console_script_and_module_entry_point(tmp_path):

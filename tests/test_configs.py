@@ -19,7 +19,15 @@ import torch
 import yaml
 from jsonargparse import ArgumentParser
 from lightning import LightningModule
-from transformers import AutoModelForCausalLM, GPT2Config, GPTJConfig, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma3TextConfig,
+    GPT2Config,
+    GPTJConfig,
+    LlamaConfig,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 from lightning_edit.cli import build_cli
 from lightning_edit.editors import FT, MEMIT, RECT, ROME, AlphaEdit, LoRA
@@ -53,9 +61,13 @@ ARCHITECTURES = {
     "qwen2-7b": ("qwen2", 28),
     "qwen2.5-7b": ("qwen2", 28),
     "qwen3-8b": ("qwen3", 36),
+    "smollm2-135m": ("llama", 30),
+    "gemma3-270m": ("gemma3_text", 18),
 }
 #: Tokenizer style of each family: LLaMA's SentencePiece-like pieces with BOS; byte-level BPE otherwise (Qwen too).
-TOKENIZER_STYLE = {"gpt2": "gpt2", "gptj": "gpt2", "llama": "llama", "qwen2": "gpt2", "qwen3": "gpt2"}
+TOKENIZER_STYLE = {
+    "gpt2": "gpt2", "gptj": "gpt2", "llama": "llama", "qwen2": "gpt2", "qwen3": "gpt2", "gemma3_text": "llama"
+}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -199,6 +211,8 @@ def _tiny_config(family: str, num_layers: int, tokenizer) -> object:
         return Qwen2Config(**llama_like)
     if family == "qwen3":
         return Qwen3Config(head_dim=8, **llama_like)
+    if family == "gemma3_text":
+        return Gemma3TextConfig(head_dim=8, **llama_like)
     raise ValueError(f"no tiny config for family {family!r}")
 
 

@@ -66,7 +66,7 @@ class RuleEdit(EditDataModule):
         task: which records become cases: ``formula``, ``description`` or ``instance`` edits (the paper's three
             tasks; metrics named as in its tables), ``all`` three (metrics prefixed by the task, ``formula_Rel``),
             or ``hierarchy`` (the Rule Hierarchical Test, ``hierarchy.json``).
-        protocol: ``records`` (each record its own edit case) or ``dmle_staged`` (DMLE: one case per rule whose
+        case_grouping: ``records`` (each record its own edit case) or ``dmle_staged`` (DMLE: one case per rule whose
             requests are the 2 ``f_d`` edits then the ``ins`` edit, in that order, ``extra["stage"]`` naming the
             stage, scored on the union of the 3 records' prompts with pooled metrics; needs ``task: all``; a rule
             missing one of its records is left out and listed).
@@ -92,7 +92,7 @@ class RuleEdit(EditDataModule):
         sample_seed: int | None = None,
         batch_size: int = 8,
         task: Literal["formula", "description", "instance", "all", "hierarchy"] = "formula",
-        protocol: Literal["records", "dmle_staged"] = "records",
+        case_grouping: Literal["records", "dmle_staged"] = "records",
         instance_edits: int | None = None,
         judge: dict[str, dict[str, Any]] | None = None,
         locality: Literal["ground_truth", "unedited"] = "ground_truth",
@@ -101,13 +101,15 @@ class RuleEdit(EditDataModule):
         super().__init__(path, limit, sample_seed, batch_size)
         if task not in (*VIEWS, "all", "hierarchy"):
             raise ConfigError(f"data.task={task!r}: one of formula, description, instance, all, hierarchy")
-        if protocol not in ("records", "dmle_staged"):
-            raise ConfigError(f"data.protocol={protocol!r}: one of records, dmle_staged")
-        if protocol == "dmle_staged" and task != "all":
-            raise ConfigError(f"data.protocol=dmle_staged edits every record of a rule: set data.task=all, not {task}")
+        if case_grouping not in ("records", "dmle_staged"):
+            raise ConfigError(f"data.case_grouping={case_grouping!r}: one of records, dmle_staged")
+        if case_grouping == "dmle_staged" and task != "all":
+            raise ConfigError(
+                f"data.case_grouping=dmle_staged edits every record of a rule: set data.task=all, not {task}"
+            )
         if instance_edits is not None and instance_edits < 1:
             raise ConfigError(f"data.instance_edits={instance_edits}: at least 1 (the ins record's instance)")
-        if protocol == "dmle_staged" and instance_edits not in (None, 1):
+        if case_grouping == "dmle_staged" and instance_edits not in (None, 1):
             raise ConfigError(f"data.instance_edits={instance_edits}: dmle_staged edits the ins record alone (1)")
         if judge is not None and (len(judge) != 1 or not isinstance(next(iter(judge.values())), dict)):
             raise ConfigError(f"data.judge={judge}: one judge and its arguments, e.g. {{'exact_match': {{}}}}")
@@ -115,8 +117,8 @@ class RuleEdit(EditDataModule):
             raise ConfigError(f"data.locality={locality!r}: one of ground_truth, unedited")
         if new_tokens_per_answer_token < 1:
             raise ConfigError(f"data.new_tokens_per_answer_token={new_tokens_per_answer_token}: at least 1")
-        self.task, self.protocol = task, protocol
-        self.instance_edits = instance_edits or (1 if protocol == "dmle_staged" else 3)
+        self.task, self.case_grouping = task, case_grouping
+        self.instance_edits = instance_edits or (1 if case_grouping == "dmle_staged" else 3)
         self.judge, self.locality = judge or DEFAULT_JUDGE, locality
         self.new_tokens_per_answer_token = new_tokens_per_answer_token
 
@@ -131,7 +133,7 @@ class RuleEdit(EditDataModule):
         return kinds
 
     def declared_metrics(self) -> dict[str, str]:
-        if self.protocol == "dmle_staged":
+        if self.case_grouping == "dmle_staged":
             return {m + suffix: kind for m in _RULE_METRICS for kind, suffix in self.conventions(m).items()}
         if self.task == "hierarchy":
             return {m + suffix: kind for m in _HIERARCHY_METRICS for kind, suffix in self.conventions(m).items()}
@@ -146,7 +148,7 @@ class RuleEdit(EditDataModule):
 
     def derived_metrics(self, results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """RU = mean(RU_f, RU_d) of instance edits (the paper's Table 2), per convention and aggregation."""
-        if self.protocol == "dmle_staged" or self.task not in ("instance", "all"):
+        if self.case_grouping == "dmle_staged" or self.task not in ("instance", "all"):
             return {}
         derived = {}
         for suffix in self.conventions("RU").values():
@@ -177,7 +179,7 @@ class RuleEdit(EditDataModule):
         cases = []
         for position, folder in enumerate(self._rule_folders()):
             records = self._folder_records(folder)
-            if self.protocol == "dmle_staged":
+            if self.case_grouping == "dmle_staged":
                 missing = [view for view in VIEWS if view not in records]
                 if missing:
                     self.skip(None, f"dmle_staged needs the rule's 3 records; missing: {', '.join(missing)}", folder)
@@ -315,13 +317,13 @@ class RuleEdit(EditDataModule):
     def _group(self, prompts: list[str], expected: list[str], view: str, metric: str) -> PromptGroup:
         """A prompt group and the score kinds of its metric, one per convention: the one place kinds are chosen."""
         # DMLE pools the prompts of a rule's 3 records, RU_f and RU_d into RU
-        name = metric.partition("_")[0] if self.protocol == "dmle_staged" else self._name(view, metric)
+        name = metric.partition("_")[0] if self.case_grouping == "dmle_staged" else self._name(view, metric)
         metrics = {kind: name + suffix for kind, suffix in self.conventions(metric).items()}
         return PromptGroup(tuple(prompts), tuple(expected), metrics=metrics)
 
     def _name(self, view: str, metric: str) -> str:
         """The reported name: the paper's, prefixed by the task under ``task: all``."""
-        return f"{view}_{metric}" if self.task == "all" and self.protocol == "records" else metric
+        return f"{view}_{metric}" if self.task == "all" and self.case_grouping == "records" else metric
 
     def _staged_case(
         self, position: int, records: list[tuple[RecordReader, tuple[EditRequest, ...], dict[str, PromptGroup]]]

@@ -6,10 +6,10 @@ alternative answer ``alt``, and an unrelated Natural Questions prompt ``loc`` wi
 (``pred`` and ``cond`` are informational and kept in :attr:`EditRequest.extra`). The frameworks disagree on what
 to edit towards:
 
-- ``target="alt"`` (default, EasyEdit and MEND): edit towards ``alt``, with ``answers[0]`` as the true answer.
+- ``edit_target="alt"`` (default, EasyEdit and MEND): edit towards ``alt``, with ``answers[0]`` as the true answer.
   Records whose ``alt`` is empty have no target; EasyEdit drops them silently, here they are skipped on the record
   (:attr:`EditDataModule.skipped`).
-- ``target="answers0"`` (ROME and MEMIT): edit towards ``answers[0]``; the true answer is unknown (None).
+- ``edit_target="answers0"`` (ROME and MEMIT): edit towards ``answers[0]``; the true answer is unknown (None).
 
 Every group is scored by teacher-forced token accuracy except ``locality``, which is EasyEdit's argmax agreement of
 the edited with the unedited model along ``loc_ans``; ``neighborhood`` is ROME's zsRE neighbourhood score, the token
@@ -22,6 +22,7 @@ from typing import Literal
 
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
+from lightning_edit.errors import ConfigError
 
 _USED_KEYS = {"case_id", "subject", "src", "rephrase", "alt", "answers", "loc", "loc_ans"}
 
@@ -37,7 +38,7 @@ class ZsRE(EditDataModule):
         limit: keep only this many cases (quick runs); None keeps all.
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
         batch_size: edit cases per validation step.
-        target: the edit target. "alt" edits towards ``alt`` as EasyEdit and MEND do (true answer ``answers[0]``;
+        edit_target: the edit target. "alt" edits towards ``alt`` as EasyEdit and MEND do (true answer ``answers[0]``;
             records with an empty ``alt`` are skipped and reported); "answers0" edits towards ``answers[0]`` as
             ROME and MEMIT do (true answer unknown).
     """
@@ -48,12 +49,12 @@ class ZsRE(EditDataModule):
         limit: int | None = None,
         sample_seed: int | None = None,
         batch_size: int = 8,
-        target: Literal["alt", "answers0"] = "alt",
+        edit_target: Literal["alt", "answers0"] = "alt",
     ):
-        if target not in ("alt", "answers0"):
-            raise ValueError(f"target must be 'alt' or 'answers0', got {target!r}")
+        if edit_target not in ("alt", "answers0"):
+            raise ConfigError(f"data.edit_target={edit_target!r}: one of alt, answers0")
         super().__init__(path, limit, sample_seed, batch_size)
-        self.target = target
+        self.edit_target = edit_target
 
     def load_cases(self) -> list[EditCase]:
         cases = []
@@ -79,12 +80,12 @@ class ZsRE(EditDataModule):
         case_id = reader.get("case_id", int, default=reader.index)
         if not answers:
             raise reader.error("answers", "expected at least one answer, found an empty list")
-        if self.target == "answers0":
+        if self.edit_target == "answers0":
             new, true = answers[0], None
         elif alt.strip():
             new, true = alt, answers[0]
         else:
-            self.skip(reader.index, 'empty "alt": no edit target with target="alt"')
+            self.skip(reader.index, 'empty "alt": no edit target with edit_target="alt"')
             return None
         extra = {key: value for key, value in reader.record.items() if key not in _USED_KEYS}
         groups = {

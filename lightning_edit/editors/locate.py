@@ -33,7 +33,7 @@ from lightning_edit.data.schema import EditRequest
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.registry import resolve_architecture
 from lightning_edit.models.row_updates import routed
-from lightning_edit.models.tokenization import encode_prompt, pad
+from lightning_edit.models.tokenization import encode_prompt, pad, subject_token_span
 from lightning_edit.scoring.generation import generate
 
 FactToken = Literal["subject_last", "subject_first", "last"]
@@ -238,10 +238,9 @@ def fact_token_index(
 ) -> int:
     """Position, in ``encode_prompt(template with subject)``, of the token where keys are read and δ injected.
 
-    SentencePiece-safe (EasyEdit/AlphaEdit form): with ``template = prefix + "{}" + suffix``, count the tokens of
-    ``encode_prompt(prefix)`` and ``encode_prompt(prefix + subject)`` (special tokens such as BOS included) and take
-    differences. A trailing space of the prefix is moved to the subject (it would be a token of its own at the end
-    of the prefix). The index counts from the start of the sequence: valid with **right** padding only.
+    SentencePiece-safe: the subject's tokens are those of
+    :func:`~lightning_edit.models.tokenization.subject_token_span` with ``template = prefix + "{}" + suffix``. The index
+    counts from the start of the sequence: valid with **right** padding only.
 
     Strategies: ``subject_last`` (default) = the subject's last sub-token, ``subject_first`` = its first,
     ``last`` = the prompt's final token.
@@ -253,13 +252,8 @@ def fact_token_index(
     prefix, suffix = template.split("{}", 1)
     if strategy == "last":
         return len(encode_prompt(tokenizer, prefix + subject + suffix)) - 1
-    stripped = prefix.rstrip(" ")
-    subject = prefix[len(stripped) :] + subject
-    n_prefix = len(encode_prompt(tokenizer, stripped))  # (includes BOS when the tokenizer adds one)
-    n_through_subject = len(encode_prompt(tokenizer, stripped + subject))
-    if n_through_subject <= n_prefix:
-        raise ValueError(f"subject {subject!r} adds no tokens after {stripped!r}")
-    return n_prefix if strategy == "subject_first" else n_through_subject - 1
+    first, stop = subject_token_span(tokenizer, prefix, subject)
+    return first if strategy == "subject_first" else stop - 1
 
 
 def fill(template: str, request: EditRequest) -> str:

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from lightning_edit.judges.cache import VerdictCache
+from lightning_edit.resources import user_cache_dir
 
 Scale = Literal["binary", "likert7"]
-CACHE_ENV = "LIGHTNING_EDIT_CACHE"
 
 
 @dataclass(frozen=True)
@@ -172,10 +171,7 @@ class Judge:
 
 def judge_cache_dir(cache_dir: str | Path | None = None) -> Path:
     """The verdict cache directory: ``cache_dir``, else ``$LIGHTNING_EDIT_CACHE/judges``, else the user cache."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    root = os.environ.get(CACHE_ENV)
-    return Path(root).expanduser() / "judges" if root else Path.home() / ".cache" / "lightning_edit" / "judges"
+    return Path(cache_dir).expanduser() if cache_dir is not None else user_cache_dir("judges")
 
 
 def stable_digest(value: Any) -> str:

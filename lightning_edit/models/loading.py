@@ -1,4 +1,4 @@
-"""Load a causal language model and its tokenizer from a local directory or a Hugging Face hub id."""
+"""Load a causal language model and its tokenizer from a local directory, a GGUF file or a Hugging Face hub id."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.errors import UserError
+from lightning_edit.models.gguf import converted_folder, gguf_file
 from lightning_edit.resources import resolve_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -31,8 +32,11 @@ class ModelSource:
 
     Args:
         path: a local directory (``save_pretrained`` layout), ``builtin:models/<name>`` for a model that ships with
-            lightning-edit, or a Hugging Face hub id (needs network, or the hub cache with ``HF_HUB_OFFLINE=1``).
-        dtype: weight dtype: float32, float16, bfloat16, or auto (the checkpoint's own).
+            lightning-edit, a ``.gguf`` file or a folder holding one, ``gguf:<name>`` for a real model that a Python
+            package ships (``gguf:smollm2-135m-instruct``, ``gguf:gemma-3-270m``; :mod:`lightning_edit.models.gguf`),
+            or a Hugging Face hub id (needs network, or the hub cache with ``HF_HUB_OFFLINE=1``).
+        dtype: weight dtype: float32, float16, bfloat16, or auto (the checkpoint's own; float32 for a GGUF file,
+            whose weights are dequantized).
         revision: hub revision (branch, tag or commit) for a hub id.
         trust_remote_code: run modelling code shipped with the checkpoint. Off by default: only turn it on for
             checkpoints you trust.
@@ -48,6 +52,9 @@ class ModelSource:
 
 
 def _location(source: ModelSource) -> str:
+    gguf = gguf_file(source.path)
+    if gguf is not None:
+        return str(converted_folder(gguf))
     path = resolve_path(source.path)
     if path.is_dir():
         return str(path)

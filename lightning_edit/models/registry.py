@@ -135,6 +135,8 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
         _llama_like("mistral", "MistralForCausalLM"),
         _llama_like("qwen2", "Qwen2ForCausalLM"),
         _llama_like("qwen3", "Qwen3ForCausalLM"),
+        # Gemma 3's text model: LLaMA's names; its post-feedforward norm acts on the MLP output after down_proj
+        _llama_like("gemma3_text", "Gemma3ForCausalLM"),
     )
 }
 

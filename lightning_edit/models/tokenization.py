@@ -36,6 +36,22 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
     return tokenizer(prompt, add_special_tokens=not has_bos)["input_ids"]
 
 
+def subject_token_span(tokenizer: PreTrainedTokenizerBase, prefix: str, subject: str) -> tuple[int, int]:
+    """``(first, stop)``: the positions of ``subject``'s tokens in ``encode_prompt(prefix + subject + ...)``.
+
+    SentencePiece-safe (EasyEdit/AlphaEdit form): count the tokens of ``encode_prompt(prefix)`` and
+    ``encode_prompt(prefix + subject)`` (special tokens such as BOS included). A trailing space of the prefix is moved
+    to the subject (it would be a token of its own at the end of the prefix).
+    """
+    stripped = prefix.rstrip(" ")
+    subject = prefix[len(stripped) :] + subject
+    first = len(encode_prompt(tokenizer, stripped))
+    stop = len(encode_prompt(tokenizer, stripped + subject))
+    if stop <= first:
+        raise ValueError(f"subject {subject!r} adds no tokens after {stripped!r}")
+    return first, stop
+
+
 def encode_prompt_target(tokenizer: PreTrainedTokenizerBase, prompt: str, target: str) -> tuple[list[int], list[int]]:
     """``(prompt_ids, target_ids)``: the target is what ``prompt + " " + target`` adds after the prompt's tokens."""
     if not target.strip():

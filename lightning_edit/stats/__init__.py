@@ -15,7 +15,7 @@ Example::
     U = load_or_compute_projector(stats[5], 2e-2, compute=nullspace_projector)
 """
 
-from lightning_edit.stats.cache import CACHE_ENV, StatsKey, load_or_compute, stats_cache_dir
+from lightning_edit.stats.cache import StatsKey, load_or_compute, stats_cache_dir
 from lightning_edit.stats.corpus import (
     Corpus,
     CorpusError,
@@ -37,7 +37,6 @@ from lightning_edit.stats.second_moment import (
 )
 
 __all__ = [
-    "CACHE_ENV",
     "Corpus",
     "CorpusError",
     "HFCorpus",

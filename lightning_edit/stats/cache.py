@@ -20,7 +20,6 @@ holds ``Σ k kᵀ`` in float64, ``d_in² · 8`` bytes (1.6 GB for d_in = 14336):
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -33,6 +32,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lightning_edit.errors import ConfigError, Interrupted
 from lightning_edit.models.registry import resolve_architecture
+from lightning_edit.resources import user_cache_dir
 from lightning_edit.stats.corpus import Corpus, as_corpus
 from lightning_edit.stats.fingerprint import model_fingerprints
 from lightning_edit.stats.second_moment import (
@@ -46,16 +46,12 @@ from lightning_edit.stats.store import canonical_sha256, read_entry, remove_entr
 
 logger = logging.getLogger(__name__)
 
-CACHE_ENV = "LIGHTNING_EDIT_CACHE"
 COUNT_UNITS = "n_documents counts documents, n_tokens counts non-padding tokens; mean = sum / n_tokens"
 
 
 def stats_cache_dir(cache_dir: str | Path | None = None) -> Path:
     """The statistics cache directory (see module docstring)."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    root = os.environ.get(CACHE_ENV)
-    return Path(root).expanduser() / "stats" if root else Path.home() / ".cache" / "lightning_edit" / "stats"
+    return Path(cache_dir).expanduser() if cache_dir is not None else user_cache_dir("stats")
 
 
 @dataclass(frozen=True)

@@ -138,8 +138,8 @@ def test_instance_editing_edits_a_set_of_instances_in_turn_and_scores_ip_on_the_
     assert sum("instance_edits=4 needs 4" in skip["reason"] for skip in dm.skipped) == 2  # rules 0 and 2
 
 
-def test_dmle_staged_protocol_one_case_per_rule_with_the_three_edits_in_order():
-    dm = load(task="all", protocol="dmle_staged")
+def test_dmle_staged_grouping_one_case_per_rule_with_the_three_edits_in_order():
+    dm = load(task="all", case_grouping="dmle_staged")
     assert dm.declared_metrics() == conventions("Rel", "Gen", "Loc", "IP", "RU")
     (case,) = dm.cases  # rules 1 and 2 lack a record
     assert [request.extra["view"] for request in case.requests] == ["formula", "description", "instance"]
@@ -158,9 +158,9 @@ def test_dmle_staged_protocol_one_case_per_rule_with_the_three_edits_in_order():
     "kwargs",
     [
         {"task": "formulas"},
-        {"protocol": "staged"},
-        {"task": "formula", "protocol": "dmle_staged"},
-        {"task": "all", "protocol": "dmle_staged", "instance_edits": 3},
+        {"case_grouping": "staged"},
+        {"task": "formula", "case_grouping": "dmle_staged"},
+        {"task": "all", "case_grouping": "dmle_staged", "instance_edits": 3},
         {"instance_edits": 0},
         {"locality": "pre"},
         {"judge": {"exact_match": {}, "symbolic_math": {}}},
@@ -181,7 +181,7 @@ def test_the_shipped_rule_edit_set_loads_under_every_task():
         assert {name for case in dm.cases for name in case.metric_names} == {
             name for name, kind in declared.items() if kind != "derived"
         }
-    assert len(load(BUILTIN, task="all", protocol="dmle_staged").cases) == 79
+    assert len(load(BUILTIN, task="all", case_grouping="dmle_staged").cases) == 79
 
 
 def test_the_hierarchical_test_edits_a_2d_rule_and_scores_the_3d_rules_built_on_it(tmp_path):

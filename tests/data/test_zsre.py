@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from lightning_edit.data import DataFormatError, EditCase, ZsRE
+from lightning_edit.errors import ConfigError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "data"
 SHARED_DATA = Path(__file__).parents[2].parent / "shared" / "data"
@@ -18,7 +19,7 @@ def load(path: str | Path, **kwargs) -> ZsRE:
 
 def test_alt_convention_is_the_default():
     dm = load(ZSRE)
-    assert dm.target == "alt"
+    assert dm.edit_target == "alt"
     assert len(dm.cases) == 11
     case = dm.cases[0]
     assert (case.case_id, case.source) == (0, f"{ZSRE}#0")
@@ -48,7 +49,7 @@ def test_empty_alt_is_skipped_on_the_record():
 
 
 def test_answers0_convention():
-    dm = load(ZSRE, target="answers0")
+    dm = load(ZSRE, edit_target="answers0")
     assert len(dm.cases) == 12 and not dm.skipped
     request = dm.cases[0].requests[0]
     assert (request.target_new, request.target_true) == ("Gibson", None)
@@ -58,8 +59,8 @@ def test_answers0_convention():
 
 
 def test_unknown_target_is_rejected():
-    with pytest.raises(ValueError, match="target must be"):
-        ZsRE(ZSRE, target="pred")
+    with pytest.raises(ConfigError, match="data.edit_target='pred'"):
+        ZsRE(ZSRE, edit_target="pred")
 
 
 def test_case_id_from_record_when_present(tmp_path: Path):
@@ -113,4 +114,4 @@ def test_real_file_loads():
     dm = load(path)
     assert len(dm.cases) == 998
     assert [skip["record"] for skip in dm.skipped] == [534, 723]
-    assert len(load(path, target="answers0").cases) == 1_000
+    assert len(load(path, edit_target="answers0").cases) == 1_000

@@ -8,6 +8,8 @@ from torch import nn
 from transformers import (
     BertConfig,
     BertModel,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     GPT2Config,
     GPT2LMHeadModel,
     GPTJConfig,
@@ -49,6 +51,10 @@ TINY = {  # family -> (model class, config)
     "mistral": (MistralForCausalLM, MistralConfig(hidden_size=32, intermediate_size=72, **LLAMA_LIKE, **TOKENS)),
     "qwen2": (Qwen2ForCausalLM, Qwen2Config(hidden_size=48, intermediate_size=88, **LLAMA_LIKE, **TOKENS)),
     "qwen3": (Qwen3ForCausalLM, Qwen3Config(hidden_size=32, intermediate_size=80, head_dim=8, **LLAMA_LIKE, **TOKENS)),
+    "gemma3_text": (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig(hidden_size=32, intermediate_size=64, head_dim=8, **LLAMA_LIKE, **TOKENS),
+    ),
 }
 SIZES = {  # family -> (hidden size, d_ff); GPT-2 and GPT-J default to d_ff = 4 * hidden
     "gpt2": (32, 128),
@@ -58,6 +64,7 @@ SIZES = {  # family -> (hidden size, d_ff); GPT-2 and GPT-J default to d_ff = 4 
     "mistral": (32, 72),
     "qwen2": (48, 88),
     "qwen3": (32, 80),
+    "gemma3_text": (32, 64),
 }
 FAMILIES = list(TINY)
 LAYERED = ("blocks", "attention", "mlp", "mlp_out")

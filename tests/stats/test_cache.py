@@ -11,9 +11,8 @@ import torch
 
 from lightning_edit.editors.solvers import nullspace_projector
 from lightning_edit.models import resolve_architecture
-from lightning_edit.resources import builtin_texts
+from lightning_edit.resources import CACHE_ENV, builtin_texts
 from lightning_edit.stats import (
-    CACHE_ENV,
     SecondMoment,
     collect_second_moments,
     load_or_compute,

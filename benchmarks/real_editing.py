@@ -1,0 +1,108 @@
+"""Editors on a real pretrained model with its preset: metrics, seconds per edit and peak memory (not a test).
+
+    python benchmarks/real_editing.py --preset smollm2-135m --data <dir>/counterfact-edit-1k.json --limit 100 \
+        --methods unedited ROME MEMIT
+    python benchmarks/real_editing.py --preset smollm2-135m --benchmark zsre --data <dir>/zsre_mend_eval.json
+
+Each row is one ``lightning-edit validate`` command in a process of its own (printed on stderr), composed of
+``configs/methods/<method>.yaml``, ``configs/models/<preset>.yaml`` (editors that take no preset get its ``lm.path``)
+and ``configs/benchmarks/<benchmark>.yaml``, then ``--flags``. Seconds per edit are the whole command's wall clock
+(model loading and the unedited checks included) over the number of edits; peak memory is the process's maximum
+resident set. Metrics are macro means (ROME's aggregation). Each run's results.json is under ``--root``.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: row name -> (method config, composes with a model preset, flags that make the row)
+METHODS = {
+    "unedited": ("no_edit", False, []),
+    "ROME": ("rome", True, []),
+    "r-ROME": ("rome", True, ["--model.key=prompt"]),
+    "MEMIT": ("memit", True, []),
+    "AlphaEdit": ("alphaedit", True, []),
+    "FT-L": ("ft_l", True, []),
+    "FT-M": ("ft_m", True, []),
+    "LoRA": ("lora", True, []),
+    "GRACE": ("grace", True, []),
+    "WISE": ("wise", True, []),
+    "RECT": ("rect", True, []),
+    "PROMPT": ("prompt", False, []),
+}
+METRICS = {"counterfact": ("ES", "PS", "NS"), "zsre": ("rewrite_acc", "rephrase_acc", "locality_acc")}
+
+
+def command(method: str, preset: str, benchmark: str, directory: Path, flags: list[str], protocol: str) -> list[str]:
+    config, composes, row_flags = METHODS[method]
+    args = [f"--config={ROOT / 'configs/methods' / config}.yaml"]
+    preset_path = ROOT / "configs/models" / f"{preset}.yaml"
+    if composes:
+        args += [f"--config={preset_path}"]
+    else:
+        args += [f"--model.lm.path={yaml.safe_load(preset_path.read_text())['model']['init_args']['lm']['path']}"]
+    args += [f"--config={ROOT / 'configs/benchmarks' / benchmark}.yaml"]
+    if method != "unedited":
+        args += [f"--model.protocol={protocol}"]
+    args += [f"--trainer.default_root_dir={directory}", "--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+    return ["lightning-edit", "validate", *args, *row_flags, *flags]
+
+
+def run(argv: list[str], threads: int | None) -> tuple[float, float]:
+    """(wall-clock seconds, peak resident memory in GiB) of one command."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="offline")
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    print(" ".join(argv), file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    process = subprocess.Popen(argv, env=env)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(argv)}")
+    return seconds, usage.ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="smollm2-135m", help="configs/models/<preset>.yaml")
+    parser.add_argument("--benchmark", default="counterfact", choices=sorted(METRICS))
+    parser.add_argument("--data", required=True, help="the benchmark file")
+    parser.add_argument("--limit", type=int, default=100)
+    parser.add_argument("--methods", nargs="+", default=["unedited", "ROME", "MEMIT"], choices=list(METHODS))
+    parser.add_argument("--protocol", default="single")
+    parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="appended to every command")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--root", type=Path, default=None)
+    args = parser.parse_args()
+    root = args.root or Path(tempfile.mkdtemp(prefix="real_editing_"))
+    metrics = METRICS[args.benchmark]
+    rows = []
+    for method in args.methods:
+        directory = root / f"{args.preset}-{args.benchmark}-{args.protocol}-{method}"
+        flags = [f"--data.path={args.data}", f"--data.limit={args.limit}", *args.flags]
+        seconds, memory = run(
+            command(method, args.preset, args.benchmark, directory, flags, args.protocol), args.threads
+        )
+        results = json.loads(next(directory.glob("**/results.json")).read_text())
+        values = {name: results["metrics"][name]["macro"] for name in metrics}
+        rows.append({"method": method, **values, "s_per_edit": seconds / args.limit, "peak_gib": memory})
+        print(json.dumps(rows[-1]), flush=True)
+    print(f"\n| method | {' / '.join(metrics)} | s/edit | peak memory |\n|---|---|---|---|")
+    for row in rows:
+        values = " / ".join(f"{row[name]:.2f}" for name in metrics)
+        print(f"| {row['method']} | {values} | {row['s_per_edit']:.1f} | {row['peak_gib']:.1f} GiB |")
+    (root / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""An offline corpus for key statistics: text the model itself writes.
+
+ROME's ``C = E[k kᵀ]`` wants keys of text like the model's training text (the papers: 100,000 Wikipedia articles).
+Without network, sample the model: each document is ancestral sampling (temperature 1, no top-k or top-p) from the
+model's start token (BOS, else EOS), so the keys follow the model's own distribution. The documents are written as
+JSONL (``{"text": ...}``), an ordinary corpus file for ``--model.stats.corpus``, cached on its content like any other::
+
+    python -m lightning_edit.stats.sample_corpus --model gguf:smollm2-135m-instruct --documents 2000 \\
+        --out smollm2-samples.jsonl
+    lightning-edit validate ... --model.stats.corpus smollm2-samples.jsonl --model.stats.n_samples 2000
+
+The same model, seed and settings give the same file. An instruct model's samples are chat turns; docs/models.md
+measures what C from such a corpus changes against C = I.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@torch.no_grad()
+def sample_documents(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    documents: int,
+    max_new_tokens: int = 128,
+    batch_size: int = 32,
+    seed: int = 0,
+) -> list[str]:
+    """``documents`` texts sampled from the start token, batch ``b`` seeded with ``seed + b`` (module docstring)."""
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if start is None:
+        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has neither a BOS nor an EOS token to start from")
+    texts: list[str] = []
+    for batch, first in enumerate(range(0, documents, batch_size)):
+        rows = min(batch_size, documents - first)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + batch)
+            ids = model.generate(
+                torch.full((rows, 1), start, device=model.device),
+                attention_mask=torch.ones(rows, 1, dtype=torch.long, device=model.device),
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        texts += tokenizer.batch_decode(ids[:, 1:], skip_special_tokens=True)
+    return texts
+
+
+def main(argv: list[str] | None = None) -> None:
+    from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="lm.path of the model (a folder, gguf:<name>, a hub id)")
+    parser.add_argument("--documents", type=int, default=2000)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True, help="the .jsonl file to write")
+    args = parser.parse_args(argv)
+    model, tokenizer = load_model_and_tokenizer(ModelSource(args.model))
+    texts = sample_documents(model, tokenizer, args.documents, args.max_new_tokens, args.batch_size, args.seed)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", encoding="utf-8") as file:
+        for text in texts:
+            file.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+    empty = sum(not text.strip() for text in texts)
+    print(f"wrote {len(texts)} documents ({empty} empty, skipped by the corpus reader) to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
