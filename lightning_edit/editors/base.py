@@ -89,6 +89,13 @@ class Undo(Protocol):
         """Return the model to its state when this undo was made (bit-identical)."""
 
 
+def require(valid: bool, setting: str, value: Any, meaning: str) -> None:
+    """One line, ``model.<setting>=<value>: <meaning>``, unless ``valid``: editors check their settings with it before
+    they load the model."""
+    if not valid:
+        raise ConfigError(f"model.{setting}={value!r}: {meaning}")
+
+
 def max_positions(model: nn.Module) -> int | None:
     """The model's maximum positions (``n_positions`` / ``max_position_embeddings``), None when it has none."""
     config = getattr(model, "config", None)

@@ -23,6 +23,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.data.schema import EditRequest
+from lightning_edit.editors.base import require
 from lightning_edit.models.tokenization import encode_prompt_target, pad
 
 Objective = Literal["prompt_last", "target_new"]
@@ -77,6 +78,17 @@ def objective_loss(
     for row, (prompt, target) in enumerate(encoded):
         labels[row, len(prompt) : len(prompt) + len(target)] = torch.tensor(target)
     return target_new_loss(logits, labels.to(logits.device))
+
+
+def check_training(
+    num_steps: int, lr: float, weight_decay: float, step_batch_size: int, early_stop_loss: float
+) -> None:
+    """The settings of :func:`fine_tune`, each a one-line error when out of range (before the model is loaded)."""
+    require(num_steps >= 1, "num_steps", num_steps, "epochs over the requests, at least 1")
+    require(lr > 0, "lr", lr, "Adam's learning rate, > 0")
+    require(weight_decay >= 0, "weight_decay", weight_decay, "Adam's weight decay, >= 0")
+    require(step_batch_size >= 1, "step_batch_size", step_batch_size, "requests per optimiser step, at least 1")
+    require(early_stop_loss >= 0, "early_stop_loss", early_stop_loss, "a loss, >= 0 (0 runs every step)")
 
 
 def fine_tune(

@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from lightning_edit.data.schema import EditRequest
-from lightning_edit.editors.base import EditorModule
-from lightning_edit.editors.finetune import Objective, fine_tune
+from lightning_edit.editors.base import EditorModule, require
+from lightning_edit.editors.finetune import Objective, check_training, fine_tune
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import resolve_architecture
@@ -61,6 +61,10 @@ class FT(EditorModule):
         early_stop_loss: float = 1e-2,
         **kwargs,
     ):
+        require(
+            norm_constraint is None or norm_constraint > 0, "norm_constraint", norm_constraint, "FT-L's radius, > 0"
+        )
+        check_training(num_steps, lr, weight_decay, step_batch_size, early_stop_loss)
         super().__init__(lm, **kwargs)
         self.sites = sites or EditSites()
         self.arch = resolve_architecture(self.model)

@@ -23,16 +23,16 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
-from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.models.hooks import Trace
-from lightning_edit.models.loading import ModelSource
+from lightning_edit.models.loading import ModelLoadError, ModelSource
 from lightning_edit.models.registry import ModelArchitecture, resolve_architecture
 from lightning_edit.models.tokenization import encode_prompt_target
 
@@ -173,10 +173,12 @@ class GRACE(EditorModule):
         codebook_path: str | None = None,
         **kwargs,
     ):
-        super().__init__(lm, **kwargs)
         layer = (sites or EditSites()).grace_layer
-        if layer is None:
-            raise ValueError("GRACE needs sites.grace_layer (a model preset or --model.sites.grace_layer <layer>)")
+        require(layer is not None, "sites.grace_layer", layer, "GRACE's layer: set it (a model preset or the flag)")
+        require(eps > 0, "eps", eps, "the initial deferral radius, > 0")
+        require(edit_lr > 0, "edit_lr", edit_lr, "a learning rate, > 0")
+        require(n_iter >= 1, "n_iter", n_iter, "optimiser steps per edit, at least 1")
+        super().__init__(lm, **kwargs)
         self.layer, self.role = layer, module
         self.eps, self.edit_lr, self.n_iter = eps, edit_lr, n_iter
         self.value_init, self.update, self.seed = value_init, update, seed
@@ -306,9 +308,15 @@ class GRACE(EditorModule):
         to this model's wrapped module."""
         path = Path(path)
         path = path / CODEBOOK_FILE if path.is_dir() else path
-        with safe_open(str(path), framework="pt") as file:
-            meta = json.loads((file.metadata() or {}).get("grace", "{}"))
-            tensors = {name: file.get_tensor(name) for name in file.keys()}
+        try:
+            with safe_open(str(path), framework="pt") as file:
+                meta = json.loads((file.metadata() or {}).get("grace", "{}"))
+                tensors = {name: file.get_tensor(name) for name in file.keys()}
+        except SafetensorError as error:  # a pickled codebook (never unpickled: it could run code) or a corrupt one
+            raise ModelLoadError(
+                f"{path}: refused: not a safetensors file ({error}); accepted: the {CODEBOOK_FILE} written by "
+                "lightning-edit fit (a pickled codebook is never loaded: unpickling could run code)"
+            ) from error
         if meta.get("format") != CODEBOOK_FORMAT:
             raise ValueError(f"{path} is not a GRACE codebook (no {CODEBOOK_FORMAT!r} metadata)")
         d_in, d_out = self.site.sizes()

@@ -362,4 +362,3 @@ def compute_keys(
     return fact_token_activations(
         model, tokenizer, requests, arch.spec.mlp_out, layer, templates, strategy, "input", batch_size, owners
     )
-

@@ -12,17 +12,20 @@ weights (``merge_and_unload``) or the adapter alone (``save_pretrained``), which
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Literal
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from peft.utils import WEIGHTS_NAME
 
 from lightning_edit.data.schema import EditCase, EditRequest
-from lightning_edit.editors.base import EditorModule
-from lightning_edit.editors.finetune import fine_tune
+from lightning_edit.editors.base import EditorModule, require
+from lightning_edit.editors.finetune import check_training, fine_tune
 from lightning_edit.editors.locate import EditSites
-from lightning_edit.models.loading import ModelSource
+from lightning_edit.errors import refused_weights
+from lightning_edit.models.loading import ModelLoadError, ModelSource
 from lightning_edit.models.registry import ModuleRole, resolve_architecture
 from lightning_edit.models.saving import save_edited_model, write_edits_record
 from lightning_edit.models.snapshot import WeightSnapshot
@@ -84,6 +87,9 @@ class LoRA(EditorModule):
         init_seed: int = 0,
         **kwargs,
     ):
+        require(rank >= 1, "rank", rank, "the adapter's rank, at least 1")
+        require(alpha > 0, "alpha", alpha, "the adapter's scale, > 0")
+        check_training(num_steps, lr, weight_decay, step_batch_size, early_stop_loss)
         super().__init__(lm, **kwargs)
         self.sites = sites or EditSites()
         self.arch = resolve_architecture(self.model)
@@ -148,15 +154,19 @@ class LoRA(EditorModule):
         self._peft.base_model.set_requires_grad(keep, requires_grad=False)
 
     def load_adapter(self, path: str) -> None:
-        """Apply the adapters ``fit`` exported to ``path`` (a subdirectory per adapter, as peft saves them), frozen."""
+        """Apply the adapters ``fit`` exported to ``path`` (a subdirectory per adapter, as peft saves them), frozen; a
+        pickled ``adapter_model.bin`` that holds more than tensors is refused (:class:`ModelLoadError`)."""
         directories = [d for d in Path(path).iterdir() if (d / "adapter_config.json").is_file()]
         if not directories:
             raise FileNotFoundError(f"no adapter (<name>/adapter_config.json) under {path}: export one with fit")
         for directory in sorted(directories, key=lambda d: int(d.name.rpartition("_")[2])):  # edit_0, edit_1, ...
-            if self._peft is None:
-                self._peft = PeftModel.from_pretrained(self.model, directory, adapter_name=directory.name)
-            else:
-                self._peft.load_adapter(directory, adapter_name=directory.name)
+            try:
+                if self._peft is None:
+                    self._peft = PeftModel.from_pretrained(self.model, directory, adapter_name=directory.name)
+                else:
+                    self._peft.load_adapter(directory, adapter_name=directory.name)
+            except pickle.UnpicklingError as error:  # peft reads an adapter_model.bin with weights_only=True
+                raise ModelLoadError(refused_weights(directory / WEIGHTS_NAME, error)) from error
         names = self.adapter_names()
         self._peft.base_model.set_adapter(names)
         self._peft.base_model.set_requires_grad(names, requires_grad=False)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from lightning_edit.data.schema import EditRequest
-from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import EditSites, FactToken
 from lightning_edit.editors.memit import MEMIT
 from lightning_edit.editors.rome import ROME
@@ -80,10 +80,9 @@ class RECT(EditorModule):
         rome_only = {
             name: value for name, value in (("mom2_adjustment", mom2_adjustment), ("key", key)) if value is not None
         }
-        if base == "memit" and rome_only:
-            raise ValueError(f"{sorted(rome_only)} are ROME's settings; RECT with base 'memit' takes none of them")
-        if not 0.0 < keep_fraction <= 1.0:
-            raise ValueError(f"keep_fraction={keep_fraction} must be in (0, 1]")
+        require(not (base == "memit" and rome_only), "base", base,
+                f"{sorted(rome_only)} are ROME's settings; RECT with base 'memit' takes none of them")  # fmt: skip
+        require(0.0 < keep_fraction <= 1.0, "keep_fraction", keep_fraction, "the share of entries kept, in (0, 1]")
         chosen = {"rome": RECTOnROME, "memit": RECTOnMEMIT}[base]
         if type(self) is not RECT and type(self) is not chosen:  # RECTOnROME / RECTOnMEMIT named directly
             raise ValueError(f"{type(self).__name__} cannot take base {base!r}: use RECT with base {base!r}")

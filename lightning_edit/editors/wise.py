@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
-from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import ContextTemplateCache, EditSites
 from lightning_edit.errors import ConfigError
 from lightning_edit.models.loading import ModelSource
@@ -174,12 +174,20 @@ class WISE(EditorModule):
         seed: int = 0,
         **kwargs,
     ):
-        super().__init__(lm, **kwargs)
         layer = (sites or EditSites()).wise_layer
-        if layer is None:
-            raise ValueError("WISE needs sites.wise_layer (a model preset or --model.sites.wise_layer <layer>)")
-        if merge_freq % save_freq:
-            raise ValueError(f"merge_freq={merge_freq} must be a multiple of save_freq={save_freq}")
+        require(layer is not None, "sites.wise_layer", layer, "WISE's layer: set it (a model preset or the flag)")
+        require(
+            0 < mask_ratio < 1, "mask_ratio", mask_ratio, "the share of the side memory one shard trains, in (0, 1)"
+        )
+        require(edit_lr > 0, "edit_lr", edit_lr, "a learning rate, > 0")
+        require(n_iter >= 1, "n_iter", n_iter, "optimiser steps per edit, at least 1")
+        require(norm_constraint > 0, "norm_constraint", norm_constraint, "the side memory's L∞ radius, > 0")
+        require(0 < act_ratio <= 1, "act_ratio", act_ratio, "a share of the routing threshold, in (0, 1]")
+        require(0 < density <= 1, "density", density, "the share of each shard kept by the merge, in (0, 1]")
+        require(save_freq >= 1, "save_freq", save_freq, "edits per shard, at least 1")
+        require(merge_freq >= 1 and merge_freq % save_freq == 0, "merge_freq", merge_freq,
+                f"edits per merge, a multiple of save_freq={save_freq}")  # fmt: skip
+        super().__init__(lm, **kwargs)
         self.layer = layer
         self.mask_ratio, self.edit_lr, self.n_iter, self.norm_constraint = mask_ratio, edit_lr, n_iter, norm_constraint
         self.alpha, self.beta, self.gamma = act_margin
