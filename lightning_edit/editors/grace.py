@@ -138,6 +138,19 @@ class GraceAdapter(Adapter):
         return len(self.labels) - 1
 
 
+class GraceUndo:
+    """The codebook's undo, and the state of the generator that draws cold values, so that an edit made again after
+    an undo draws the same values (an :class:`~.base.Undo`)."""
+
+    def __init__(self, codebook: AdapterUndo, generator: torch.Generator):
+        self.codebook, self.generator, self.state = codebook, generator, generator.get_state()
+        self.names = codebook.names
+
+    def restore(self) -> None:
+        self.codebook.restore()
+        self.generator.set_state(self.state)
+
+
 class GRACE(EditorModule):
     """General Retrieval Adaptors for Continual Editing: a codebook adapter on one module of one layer.
 
@@ -208,8 +221,8 @@ class GRACE(EditorModule):
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
         return []  # no weight of the model changes
 
-    def prepare_undo(self, requests: list[EditRequest]) -> AdapterUndo:
-        return self.site.undo()
+    def prepare_undo(self, requests: list[EditRequest]) -> GraceUndo:
+        return GraceUndo(self.site.undo(), self._generator)
 
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """One codebook update and value training per request, in order (GRACE edits one at a time)."""

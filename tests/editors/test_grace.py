@@ -205,3 +205,16 @@ def test_fit_exports_the_codebook_and_validate_reloads_it(tmp_path, monkeypatch)
     assert reloaded.model.results["ES_pre"]["macro"] == 1.0  # "before any edit of the run": with the codebook
     adapter = reloaded.model.adapter  # each case was edited and undone on top of the loaded codebook
     assert all(torch.equal(adapter.get_buffer(name).cpu(), tensor) for name, tensor in exported.items())
+
+
+def test_an_edit_made_again_after_its_undo_gives_the_same_codebook(tiny_model_dir):
+    """The undo restores the generator of cold values too: the same edit twice draws the same values."""
+    editor = grace(tiny_model_dir, n_iter=2)
+    codebooks = []
+    for _ in range(2):
+        undo = editor.edit([EIFFEL])
+        adapter = editor.model.get_submodule(editor.module_name).get_submodule(editor.site.attribute)
+        codebooks.append({name: value.clone() for name, value in adapter.state_dict().items()})
+        editor.undo(undo)
+    assert codebooks[0].keys() == codebooks[1].keys()
+    assert all(torch.equal(codebooks[0][name], codebooks[1][name]) for name in codebooks[0])
