@@ -7,6 +7,10 @@ wrong, where (file, record, field or option) and how to fix it. ``lightning-edit
 with status 1; ``--debug`` or ``LIGHTNING_EDIT_DEBUG=1`` shows the traceback instead. Any other exception is a bug
 and keeps its traceback.
 
+Weights: a torch file that torch's safe loader (``weights_only=True``) refuses, because it holds pickled Python
+objects beyond tensors (or is no torch file), is never loaded another way; :func:`refused_weights` words the
+message, which names the accepted formats instead of torch's advice to load it unsafely.
+
 Secrets: a config value whose key looks like a secret (``api_key``, ``secret``, ``password``, ``access_token``,
 ``auth_token``, ...) is replaced by ``<redacted>`` (:func:`redact`) in every file a run writes and everything it logs,
 and its value (:func:`secret_values`) is masked in every message printed (:func:`redact_text`).
@@ -51,6 +55,22 @@ class Interrupted(UserError):
     def __init__(self, message: str, signum: int = signal.SIGTERM):
         super().__init__(message)
         self.signum, self.exit_code = signum, 128 + signum
+
+
+#: the weight files lightning-edit loads (models, LoRA adapters)
+WEIGHT_FILES = "safetensors, or a torch file of plain tensors (a dict of tensors)"
+
+
+def refused_weights(path: str | Path, error: Exception, accepted: str = WEIGHT_FILES) -> str:
+    """The one line for a file that torch's ``weights_only`` loader refused (its ``pickle.UnpicklingError``): why,
+    and the ``accepted`` files, never torch's advice to load it with ``weights_only=False``."""
+    found = re.search(r"GLOBAL (\S+) (was not an allowed global|whose module \S+ is blocked)", str(error))
+    why = (
+        f"it holds pickled Python objects ({found.group(1)}) beyond tensors, which could run code when loaded"
+        if found
+        else "it is not a torch file of plain tensors (a corrupt file, or pickled Python objects that could run code)"
+    )
+    return f"{path}: refused: {why}; accepted: {accepted}"
 
 
 _signals: list[int] = []  # the stop signals received by this process (request_stop)

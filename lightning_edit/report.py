@@ -28,7 +28,7 @@ from lightning_edit.data.schema import EditCase
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.errors import redact
 from lightning_edit.judges.kind import judge_report
-from lightning_edit.results import markdown_table, write_results
+from lightning_edit.results import json_safe, markdown_table, write_results
 
 
 def case_rows(cases: list[EditCase], case_scores: dict[str, dict[int, float]]) -> list[dict[str, Any]]:
@@ -117,7 +117,9 @@ class RunReport(Callback):
         seconds = time.perf_counter() - self.start
         path = write_results(directory, module.results, self.config, counts, seconds, notes, judges)
         rows = case_rows(cases, module.case_scores)
-        (directory / "cases.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        (directory / "cases.jsonl").write_text(
+            "".join(json.dumps(json_safe(row), allow_nan=False) + "\n" for row in rows)
+        )
 
         figures = (
             datamodule.figures(module.results, module.case_scores) if isinstance(datamodule, EditDataModule) else {}

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lightning_edit.errors import ConfigError
+
 ASSETS_DIR = Path(__file__).parent / "assets"
 BUILTIN_PREFIX = "builtin:"
 CACHE_ENV = "LIGHTNING_EDIT_CACHE"
@@ -23,11 +25,21 @@ def user_cache_dir(kind: str) -> Path:
 
 
 def resolve_path(path: str | Path) -> Path:
-    """``builtin:data/zsre.json`` -> ``<package>/assets/data/zsre.json``; any other path is returned as a Path."""
+    """``builtin:data/zsre.json`` -> ``<package>/assets/data/zsre.json``; any other path is returned as a Path.
+
+    A ``builtin:`` path that leads out of the assets folder (``builtin:../../x``, an absolute path) is a
+    :class:`~lightning_edit.errors.ConfigError`.
+    """
     text = str(path)
-    if text.startswith(BUILTIN_PREFIX):
-        return ASSETS_DIR / text[len(BUILTIN_PREFIX) :]
-    return Path(text)
+    if not text.startswith(BUILTIN_PREFIX):
+        return Path(text)
+    builtin = ASSETS_DIR / text[len(BUILTIN_PREFIX) :]
+    if not builtin.resolve().is_relative_to(ASSETS_DIR.resolve()):
+        raise ConfigError(
+            f"{text!r} leads out of the files shipped with lightning-edit ({ASSETS_DIR}): a builtin: path names a "
+            "file under that folder (builtin:data/zsre.json); give any other file by its own path"
+        )
+    return builtin
 
 
 def builtin_texts() -> list[str]:

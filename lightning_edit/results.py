@@ -19,6 +19,17 @@ def _interval(value: float, interval: list[float] | None) -> str:
     return f"{value:.4f} ± {(interval[1] - interval[0]) / 2:.4f}"
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, at any depth: strict JSON has no NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def markdown_table(metrics: dict[str, dict[str, Any]]) -> str:
     """One row per metric: both aggregations with their 95% confidence half-width, counts and convention.
 
@@ -66,6 +77,6 @@ def write_results(
         "git_hash": git_hash(),
     }
     path = directory / "results.json"
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    path.write_text(json.dumps(json_safe(payload), indent=2, default=str, allow_nan=False) + "\n")
     (directory / "results.md").write_text(markdown_table(metrics) + "\n")
     return path

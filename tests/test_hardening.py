@@ -8,14 +8,17 @@ fails until it is there.
 import importlib
 import inspect
 import json
+import os
 import pkgutil
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import lightning_edit.data
 import lightning_edit.editors
@@ -239,6 +242,13 @@ def test_bad_limits(name, settings, message):
         loader.cls(loader.sample, **dict(loader.options), **settings)
 
 
+@pytest.mark.parametrize("path", ["builtin:../../../../etc/passwd", "builtin:/etc/passwd", "builtin:data/../../cli.py"])
+def test_a_builtin_path_cannot_leave_the_shipped_files(path):
+    with pytest.raises(ConfigError, match=f"{re.escape(repr(path))} leads out of the files shipped"):
+        read_records(path)
+    assert resolve_path("builtin:data/../data/zsre.json").is_file()
+
+
 def test_limit_larger_than_the_file_keeps_every_case():
     loader = LOADERS["CounterFact"]
     everything = len(_load(loader.cls(loader.sample)).cases)
@@ -279,7 +289,11 @@ def run_main(capsys, *args: str) -> tuple[int, str]:
 
 
 # what an editor needs besides the model to be built at all (RECT's MEMIT class takes only base: memit)
-REQUIRED = {"RECTOnMEMIT": ["--model.base=memit"]}
+REQUIRED = {
+    "RECTOnMEMIT": ["--model.base=memit"],
+    "GRACE": ["--model.sites.grace_layer=1"],  # no default layer: a missing one is an error before the model loads
+    "WISE": ["--model.sites.wise_layer=1"],
+}
 
 
 def construct(name: str, *flags: str):
@@ -348,6 +362,52 @@ def test_mend_checkpoint_missing_corrupt_or_absent(tmp_path, capsys, monkeypatch
         "--data=CounterFact", "--data.path=builtin:data/counterfact-flat.json", *QUICK,
     )  # fmt: skip
     assert status == 1 and "without model.ckpt_path" in err and "Traceback" not in err
+
+
+class Payload:
+    """Unpickles as ``os.mkdir(path)``: a file holding one runs that call if anything ever unpickles it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return os.mkdir, (str(self.path),)
+
+
+def _pickled_weights(name: str, tmp_path: Path) -> tuple[Path, list[str]]:
+    """A weights file of editor ``name`` that holds a :class:`Payload`, and the flags that load it."""
+    weights = {"weight": torch.zeros(2), "payload": Payload(tmp_path / "payload ran")}
+    if name == "MEND":
+        path = tmp_path / "mend.pt"
+        torch.save(weights, path)
+        return path, [f"--model.ckpt_path={path}"]
+    if name == "GRACE":
+        path = tmp_path / "codebook.safetensors"
+        torch.save(weights, path)
+        return path, ["--model.sites.grace_layer=0", f"--model.codebook_path={path}"]
+    if name == "NoEdit":  # a model folder whose only weights are a pickled pytorch_model.bin
+        folder = tmp_path / "model"
+        shutil.copytree(resolve_path(TINY), folder, ignore=shutil.ignore_patterns("model.safetensors"))
+        path = folder / "pytorch_model.bin"
+        torch.save(weights, path)
+        return path, [f"--model.lm.path={folder}"]
+    editor = construct("LoRA", "--model.export=adapter")
+    editor.add_adapter()
+    editor.export(tmp_path / "adapter", [])
+    (tmp_path / "adapter" / "edit_0" / "adapter_model.safetensors").unlink()
+    path = tmp_path / "adapter" / "edit_0" / "adapter_model.bin"
+    torch.save(weights, path)
+    return path, [f"--model.adapter_path={tmp_path / 'adapter'}"]
+
+
+@pytest.mark.parametrize("name", ["MEND", "LoRA", "GRACE", "NoEdit"])
+def test_pickled_weights_are_refused_in_one_line(name, tmp_path):
+    path, flags = _pickled_weights(name, tmp_path)
+    with pytest.raises(Exception) as error:
+        construct(name, *flags)
+    found = str(user_error(error.value))
+    assert found.startswith(f"{path}: refused: ") and "pickled" in found and "accepted: " in found, found
+    assert "\n" not in found and "weights_only" not in found and not (tmp_path / "payload ran").exists()
 
 
 def test_over_long_prompt_is_named_before_any_edit(tmp_path, capsys, monkeypatch):

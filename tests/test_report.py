@@ -1,13 +1,18 @@
 """The report of a validate run: results files, per-case table, plots, and what reaches W&B (offline)."""
 
 import json
+import math
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from lightning_edit.cli import build_cli
 from lightning_edit.errors import REDACTED, redact
+from lightning_edit.judges.agreement import agreement_table
+from lightning_edit.metrics.prompt_mean import aggregate
+from lightning_edit.results import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,3 +75,25 @@ def test_sequential_run_logs_metrics_table_and_plot_to_offline_wandb(tmp_path, m
     for path in [*run_dir.rglob("*"), *log_dir.iterdir()]:
         if path.is_file():
             assert b"0123456789abcdef0123456789abcdef" not in path.read_bytes(), path
+
+
+def test_values_that_could_not_be_computed_are_null_in_strict_json(tmp_path):
+    def metric(case_ids: list[int], scores: list[float]) -> dict:
+        result = aggregate(torch.tensor(case_ids), torch.tensor(scores, dtype=torch.double))
+        del result["case_means"]
+        return {**result, "kind": "prob", "convention": "test"}
+
+    metrics = {"all_missing": metric([0, 1], [math.nan, math.nan]), "one_case": metric([0, 0], [1.0, 0.0])}
+    constant = {"a": ("likert7", {"x": 5.0, "y": 5.0}), "b": ("likert7", {"x": 3.0, "y": 6.0})}
+    judges = {"judge_agreement": agreement_table(constant)}
+    path = write_results(tmp_path, metrics, {}, {}, benchmark={"ratio": math.inf}, judges=judges)
+
+    def refuse(constant: str):
+        raise AssertionError(f"results.json holds {constant}")
+
+    results = json.loads(path.read_text(), parse_constant=refuse)
+    missing, one_case = results["metrics"]["all_missing"], results["metrics"]["one_case"]
+    assert missing["macro"] is None and missing["micro"] is None and missing["n_missing"] == 2
+    assert one_case["macro"] == 0.5 and one_case["macro_ci95"] == [None, None]
+    assert results["judge_agreement"][0]["spearman"] is None and results["benchmark"] == {"ratio": None}
+    assert "| all_missing | n/a | n/a | 0 |" in (tmp_path / "results.md").read_text()

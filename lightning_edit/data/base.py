@@ -39,6 +39,10 @@ class DataFormatError(UserError, ValueError):
         self.path, self.index, self.field = str(path), index, field
 
 
+#: why a JSON document that Python's parser cannot read (``[`` nested 100,000 deep) is refused
+_TOO_DEEP = "nested too deeply to read (lists or objects more than about 1,000 levels deep)"
+
+
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """Read a JSON list (``.json``) or one JSON object per line (``.jsonl``) of records.
 
@@ -47,7 +51,13 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     path = resolve_path(path)
     if not path.is_file():
         raise DataFormatError(path, "file not found")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        line = error.object[: error.start].count(b"\n") + 1
+        raise DataFormatError(
+            path, f"not UTF-8 text: byte {error.object[error.start]:#04x} on line {line}; save the file as UTF-8"
+        ) from None
     if path.suffix == ".jsonl":
         records = []
         for line_number, line in enumerate(text.splitlines(), start=1):
@@ -57,6 +67,8 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                 records.append(json.loads(line))
             except json.JSONDecodeError as error:
                 raise DataFormatError(path, f"malformed JSON on line {line_number}: {error.msg}") from None
+            except RecursionError:
+                raise DataFormatError(path, f"the JSON on line {line_number} is {_TOO_DEEP}") from None
     else:
         try:
             records = json.loads(text)
@@ -64,6 +76,8 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
             raise DataFormatError(
                 path, f"malformed JSON at line {error.lineno}, column {error.colno}: {error.msg}"
             ) from None
+        except RecursionError:
+            raise DataFormatError(path, f"the JSON is {_TOO_DEEP}") from None
         if not isinstance(records, list):
             raise DataFormatError(path, f"expected a JSON list of records, found {type(records).__name__}")
     for index, record in enumerate(records):

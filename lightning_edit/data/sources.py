@@ -4,7 +4,8 @@ A benchmark's ``path`` may name a source (``--data.path counterfact``) instead o
 source's published files (HTTP through pooch, Hugging Face datasets through huggingface_hub) into the cache directory
 (``$LIGHTNING_EDIT_DATA``, else the user cache of ``lightning-edit``), extracts zip archives and returns the local
 path. Every file is verified against its published SHA-256 or, where none is known, against the hash of its first
-download, which is recorded in a lock file (``sha256.lock.json``) next to it, so a later change upstream is an error.
+download, which is recorded in a lock file (``sha256.lock.json``) next to it, so a later change upstream is an error
+(hashes compare in any letter case; a lock file edited into another shape is an error naming it).
 A file put in place by hand (no network) is accepted and verified the same way. A new benchmark adds its own source
 with :func:`register_source`.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 
 CACHE_ENV = "LIGHTNING_EDIT_DATA"
 LOCK_FILE = "sha256.lock.json"
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class DataSourceError(UserError, ValueError):
@@ -227,7 +230,7 @@ def _verify(source: DataSource, file: SourceFile, folder: Path, downloaded: bool
             actual,
             lock,
         )
-    elif actual != expected:
+    elif actual != expected.lower():  # pooch's hashes are lower case; a published or locked one may not be
         if downloaded:
             path.unlink()
         raise _mismatch(source, file, folder, actual, expected, kept=not downloaded)
@@ -242,12 +245,29 @@ def _expected_hash(file: SourceFile, folder: Path) -> str | None:
 
 
 def _read_lock(lock: Path) -> dict[str, dict[str, str | None]]:
+    """The entries of a lock file (file name -> ``{"sha256": ..., "url": ...}``); a malformed one is an error."""
     if not lock.is_file():
         return {}
+    fix = "delete it to lock the hashes anew"
     try:
-        return json.loads(lock.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise DataSourceError(f"{lock}: malformed lock file ({error.msg}); delete it to lock the hashes anew") from None
+        entries = json.loads(lock.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise DataSourceError(f"{lock}: malformed lock file ({error}); {fix}") from None
+    if not isinstance(entries, dict):
+        raise DataSourceError(
+            f'{lock}: malformed lock file (a {type(entries).__name__}, not {{file name: {{"sha256": ...}}}}); {fix}'
+        )
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise DataSourceError(
+                f'{lock}: the entry of {name!r} is a {type(entry).__name__}, not {{"sha256": ...}}; {fix}'
+            )
+        if not isinstance(entry.get("sha256"), str) or not _SHA256.fullmatch(entry["sha256"]):
+            raise DataSourceError(
+                f'{lock}: the entry of {name!r} has no "sha256" of 64 hex digits (found {entry.get("sha256")!r:.80}); '
+                f"{fix}"
+            )
+    return entries
 
 
 def _mismatch(

@@ -24,6 +24,7 @@ and ``sequential`` protocols of :class:`~lightning_edit.editors.base.EditorModul
 from __future__ import annotations
 
 import math
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.mend_network import Factors, MENDNetwork
 from lightning_edit.editors.target_vector import TargetOptimization
-from lightning_edit.errors import ConfigError, UserError
+from lightning_edit.errors import ConfigError, UserError, refused_weights
 from lightning_edit.evaluation import ScoringConfig
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.loading import ModelSource
@@ -422,12 +423,15 @@ def read_hypernetwork(path: str | Path) -> tuple[dict[str, Tensor], dict[str, An
     path = Path(path)
     if not path.is_file():
         raise MENDCheckpointError(f"MEND checkpoint {path} not found (model.ckpt_path: the mend.pt written by fit)")
+    accepted = "the mend.pt written by lightning-edit fit, or a fit checkpoint"
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated, corrupt, or not a torch file
+    except pickle.UnpicklingError as error:  # pickled objects beyond tensors, or a corrupt file
+        raise MENDCheckpointError(refused_weights(path, error, accepted)) from error
+    except Exception as error:  # truncated, or not a torch file
         raise MENDCheckpointError(
             f"{path}: cannot read this MEND checkpoint ({type(error).__name__}: {str(error).splitlines()[0]}); "
-            "pass the mend.pt written by lightning-edit fit, or a fit checkpoint"
+            f"pass {accepted}"
         ) from error
     if not isinstance(content, dict):
         raise MENDCheckpointError(f"{path} is not a MEND hypernetwork (a {type(content).__name__}, not a dict)")

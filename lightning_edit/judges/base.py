@@ -24,6 +24,8 @@ from lightning_edit.judges.cache import VerdictCache
 from lightning_edit.resources import user_cache_dir
 
 Scale = Literal["binary", "likert7"]
+#: the scores a verdict may have on each scale
+SCORES: dict[Scale, frozenset[float]] = {"binary": frozenset({0.0, 1.0}), "likert7": frozenset(map(float, range(1, 8)))}
 
 
 @dataclass(frozen=True)
@@ -135,12 +137,15 @@ class Judge:
     def judge(self, items: Sequence[JudgeInput]) -> list[Verdict]:
         """The verdict of every item, each distinct item evaluated once and, with a cache, at most once ever.
 
-        A verdict whose request failed is not cached (a rerun asks again); an unparsable answer is.
+        A verdict whose request failed is not cached (a rerun asks again); an unparsable answer is. A cached score off
+        the judge's scale is asked again, with a warning (:mod:`lightning_edit.judges.cache`).
         """
         unique = list(dict.fromkeys(items))
         cache = self._verdict_cache()
         identity = self.identity() if cache is not None else ""
-        found = cache.get_many(identity, [item.key() for item in unique]) if cache is not None else {}
+        found = (
+            cache.get_many(identity, [item.key() for item in unique], SCORES[self.scale]) if cache is not None else {}
+        )
         todo = [item for item in unique if item.key() not in found]
         fresh = dict(zip(todo, self.evaluate(todo))) if todo else {}
         if cache is not None:

@@ -3,18 +3,24 @@
 The judge's identity is a digest of its class and settings (model, template text, parameters; never an API key) and,
 for a local model, of its weights, so changing any of them misses the cache instead of reusing verdicts of another
 judge. SQLite serialises writers, so several processes of one run may share the file.
+
+A cached score off the judge's scale (99 on a 1-7 scale: a file edited by hand or written by other code) is not
+trusted: it is read as a cache miss, with a warning, so the judge is asked again and its verdict replaces it.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lightning_edit.judges.base import Verdict
+
+log = logging.getLogger(__name__)
 
 
 class VerdictCache:
@@ -38,8 +44,9 @@ class VerdictCache:
         finally:
             connection.close()
 
-    def get_many(self, judge: str, items: list[str]) -> dict[str, Verdict]:
-        """The cached verdicts of ``items`` (those not cached are absent), marked ``cached``."""
+    def get_many(self, judge: str, items: list[str], scores: Collection[float]) -> dict[str, Verdict]:
+        """The cached verdicts of ``items`` (those not cached are absent), marked ``cached``; a verdict whose score is
+        neither missing (None) nor one of ``scores`` (the judge's scale) is absent too, with a warning."""
         from lightning_edit.judges.base import Verdict
 
         found: dict[str, Verdict] = {}
@@ -50,7 +57,15 @@ class VerdictCache:
                 query = f"SELECT item, score, reason, raw FROM verdicts WHERE judge = ? AND item IN ({marks})"
                 rows = connection.execute(query, [judge, *chunk])
                 found.update({item: Verdict(score, reason, raw, cached=True) for item, score, reason, raw in rows})
-        return found
+        off_scale = sorted({repr(v.score) for v in found.values() if v.score is not None and v.score not in scores})
+        if off_scale:
+            log.warning(
+                "%s: cached scores %s are off the judge's scale %s; asking the judge again",
+                self.path,
+                ", ".join(off_scale),
+                sorted(scores),
+            )
+        return {item: v for item, v in found.items() if v.score is None or v.score in scores}
 
     def put_many(self, judge: str, verdicts: dict[str, Verdict]) -> None:
         """Store ``verdicts`` (item key -> verdict) of ``judge``."""

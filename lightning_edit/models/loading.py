@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -11,7 +12,7 @@ import torch
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.errors import UserError
+from lightning_edit.errors import UserError, refused_weights
 from lightning_edit.models.gguf import converted_folder, gguf_file
 from lightning_edit.resources import resolve_path
 
@@ -102,6 +103,9 @@ def load_model(source: ModelSource, device: str | torch.device | None = None) ->
             f"cannot read the weights of model {location!r} ({', '.join(files)}): {error}. The file is corrupt or "
             "truncated: download or save the model again"
         ) from error
+    except pickle.UnpicklingError as error:  # a pytorch_model.bin that torch's weights_only loader refused
+        files = sorted(str(path) for path in Path(location).glob("*.bin")) or [location]
+        raise ModelLoadError(refused_weights(", ".join(files), error)) from error
     except ValueError as error:  # e.g. a config.json of an architecture transformers does not know
         raise ModelLoadError(f"cannot load model {location!r}: {str(error).splitlines()[0]}") from error
     if device is not None:

@@ -67,6 +67,24 @@ def test_read_records_errors(tmp_path: Path, name: str, text: str, message: str)
     assert str(path) in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("latin1.json", b'[{"a": "caf\xe9"}]', "not UTF-8 text: byte 0xe9 on line 1"),
+        ("ff.jsonl", b'{"a": 1}\n\xff\n', "not UTF-8 text: byte 0xff on line 2"),
+        ("deep.json", b"[" * 100_000, "the JSON is nested too deeply"),
+        ("deep.jsonl", b'{"a": 1}\n' + b"[" * 100_000, "the JSON on line 2 is nested too deeply"),
+    ],
+    ids=["latin-1", "0xff", "deep", "deep line"],
+)
+def test_undecodable_or_too_deep_files_are_named(tmp_path: Path, name: str, data: bytes, message: str):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(DataFormatError, match=message) as error:
+        read_records(path)
+    assert str(error.value).startswith(f"{path}: ") and "\n" not in str(error.value)
+
+
 def test_read_records_missing_file(tmp_path: Path):
     with pytest.raises(DataFormatError, match="file not found"):
         read_records(tmp_path / "absent.json")

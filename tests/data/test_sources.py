@@ -165,6 +165,50 @@ def test_unknown_checksum_is_locked_at_the_first_download(server, cache, caplog)
     assert files_under(cache) == [lock]
 
 
+def placed_by_hand(cache, name: str, data: bytes, lock: bytes | None = None, sha256: str | None = None) -> Path:
+    """A one-file source ``name`` without network whose file (and lock file) are put in place by hand."""
+    url = closed_port_url(f"{name}.json")
+    register_source(DataSource(name, (SourceFile(f"{name}.json", url, sha256),), "not stated", "https://x.org"))
+    folder = cache / name
+    folder.mkdir(parents=True)
+    if lock is not None:
+        (folder / LOCK_FILE).write_bytes(lock)
+    path = folder / f"{name}.json"
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    "lock, message",
+    [
+        (b"[]", r"malformed lock file \(a list, not"),
+        (b'{"facts.json": "0123"}', "the entry of 'facts.json' is a str"),
+        (
+            b'{"facts.json": {"url": null}}',
+            r"the entry of 'facts.json' has no \"sha256\" of 64 hex digits \(found None",
+        ),
+        (b'{"facts.json": {"sha256": 7}}', "the entry of 'facts.json' has no \"sha256\""),
+        (b"\xff{}", r"malformed lock file \('utf-8' codec can't decode"),
+    ],
+    ids=["a list", "a string entry", "no sha256", "a number", "not UTF-8"],
+)
+def test_a_hand_edited_lock_file_is_one_line_naming_it(cache, lock, message):
+    path = placed_by_hand(cache, "facts", b'[{"fact": 1}]', lock)
+    with pytest.raises(DataSourceError, match=message) as error:
+        fetch("facts")
+    assert str(error.value).startswith(f"{path.parent / LOCK_FILE}: ") and "\n" not in str(error.value)
+    assert "delete it" in str(error.value)
+
+
+def test_upper_case_hashes_match(cache):
+    data = b'[{"fact": 1}]'
+    lock = json.dumps({"facts.json": {"sha256": sha256(data).upper(), "url": None}}).encode()
+    path = placed_by_hand(cache, "facts", data, lock)
+    assert fetch("facts") == path
+    path = placed_by_hand(cache, "published", data, sha256=sha256(data).upper())
+    assert fetch("published") == path
+
+
 def test_zip_source_is_extracted_once(server, cache, tmp_path):
     archive = tmp_path / "rules.zip"
     with zipfile.ZipFile(archive, "w") as bundle:

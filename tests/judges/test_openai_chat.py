@@ -1,6 +1,7 @@
 """The OpenAI-compatible LLM judge against a real chat-completions server on 127.0.0.1: each documented outcome."""
 
 import logging
+import sqlite3
 
 import pytest
 
@@ -64,6 +65,25 @@ def test_a_verdict_outside_the_scale_is_missing_but_cached(chat_server, tmp_path
     assert verdict.raw == '{"executability": 9, "reason": "great"}'
     again = make_judge(chat_server, tmp_path, template="scedit_executability").judge([ITEM])[0]
     assert chat_server.calls == 1 and again.cached and again.score is None  # the judge answered: not asked again
+
+
+@pytest.mark.parametrize(
+    "template, reply, score, tampered",
+    [("scedit_executability", '{"executability": 5}', 5.0, 99), ("rule_edit", '{"verdict": "yes"}', 1.0, 0.5)],
+    ids=["likert7", "binary"],
+)
+def test_a_cached_score_off_the_scale_is_asked_again(chat_server, tmp_path, caplog, template, reply, score, tampered):
+    chat_server.respond = lambda text, n: ("reply", reply)
+    assert make_judge(chat_server, tmp_path, template=template).judge([ITEM])[0].score == score
+    connection = sqlite3.connect(tmp_path / "cache" / "verdicts.sqlite")
+    with connection:
+        connection.execute("UPDATE verdicts SET score = ?", (tampered,))
+    connection.close()
+    with caplog.at_level(logging.WARNING, logger="lightning_edit.judges.cache"):
+        again = make_judge(chat_server, tmp_path, template=template).judge([ITEM])[0]
+    assert (again.score, again.cached, chat_server.calls) == (score, False, 2)
+    assert f"cached scores {float(tampered)!r} are off the judge's scale" in caplog.text
+    assert make_judge(chat_server, tmp_path, template=template).judge([ITEM])[0].cached  # the new verdict replaced it
 
 
 def test_concurrent_requests_and_the_cache(chat_server, tmp_path):
