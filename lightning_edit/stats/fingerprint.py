@@ -49,13 +49,19 @@ def config_digest(model: nn.Module) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
+def sample_index(numel: int) -> torch.Tensor:
+    """``min(SAMPLE_SIZE, numel)`` evenly spaced indices from 0 to ``numel - 1``, in exact integer arithmetic (a
+    float32 spacing rounds past the end of tensors of more than 2^24 elements, such as a 49,152 x 576 embedding)."""
+    count = min(SAMPLE_SIZE, numel)
+    return torch.arange(count, dtype=torch.int64) * max(numel - 1, 0) // max(count - 1, 1)
+
+
 def tensor_digest(tensor: torch.Tensor) -> str:
     """sha256 of a tensor's shape, dtype, strided sample and exact bit-pattern sum (see module docstring)."""
     flat = tensor.detach().contiguous().reshape(-1)
     bits = flat.view(_BIT_VIEW[flat.element_size()]) if flat.numel() else flat.new_zeros(0, dtype=torch.int8)
     bit_sum = int(bits.sum(dtype=torch.int64).item())
-    index = torch.linspace(0, max(bits.numel() - 1, 0), min(SAMPLE_SIZE, bits.numel()), device=bits.device).long()
-    sample = bits[index].cpu().numpy().tobytes()
+    sample = bits[sample_index(bits.numel()).to(bits.device)].cpu().numpy().tobytes()
     digest = hashlib.sha256(f"{tuple(tensor.shape)}|{tensor.dtype}|{bit_sum}|".encode())
     digest.update(sample)
     return digest.hexdigest()

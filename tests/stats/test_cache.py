@@ -20,7 +20,7 @@ from lightning_edit.stats import (
     model_fingerprints,
     stats_cache_dir,
 )
-from lightning_edit.stats.fingerprint import SAMPLE_SIZE, tensor_digest
+from lightning_edit.stats.fingerprint import SAMPLE_SIZE, sample_index, tensor_digest
 from lightning_edit.stats.store import canonical_sha256
 
 LAYERS = [0, 2]
@@ -245,12 +245,23 @@ def test_fingerprint_follows_weights_not_names(lm):
 
 def test_tensor_digest_sees_elements_outside_its_sample():
     tensor = torch.randn(100_000, generator=torch.Generator().manual_seed(0))
-    sampled = set(torch.linspace(0, tensor.numel() - 1, SAMPLE_SIZE).long().tolist())
-    assert 1 not in sampled
+    sampled = set(sample_index(tensor.numel()).tolist())
+    assert len(sampled) == SAMPLE_SIZE and 1 not in sampled
     changed = tensor.clone()
     changed[1] = torch.nextafter(changed[1], torch.tensor(10.0))  # one ulp
     assert tensor_digest(changed) != tensor_digest(tensor) == tensor_digest(tensor.clone())
     assert tensor_digest(tensor.to(torch.bfloat16)) != tensor_digest(tensor)
+
+
+def test_tensor_digest_of_more_elements_than_float32_counts_exactly():
+    """SmolLM2's embedding has 28,311,552 elements: a float32 spacing of the sample ran past its end."""
+    numel = 49_152 * 576
+    index = sample_index(numel)
+    assert index[0] == 0 and index[-1] == numel - 1 and bool((index[1:] > index[:-1]).all())
+    tensor = torch.zeros(numel, dtype=torch.int8)
+    changed = tensor.clone()
+    changed[-1] = 1
+    assert tensor_digest(changed) != tensor_digest(tensor)
 
 
 def test_projector_cache_round_trip(lm, texts, tmp_path, caplog):
