@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import sys
 import traceback
@@ -23,6 +24,7 @@ import warnings
 from argparse import ArgumentError
 from collections.abc import Callable, Mapping
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -30,6 +32,7 @@ from jsonargparse import ArgumentParser, Namespace
 from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import OnExceptionCheckpoint
 from lightning.pytorch.cli import ArgsType, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_module
 
@@ -86,6 +89,15 @@ class EditCLI(LightningCLI):
         if subcommand in ("validate", "test"):
             parser.set_defaults(verbose=False)
         return parser
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Run the subcommand; one that stops before writing anything but its settings leaves no log folder
+        (:func:`remove_settings_only_log_dir`)."""
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            remove_settings_only_log_dir(self.trainer)
+            raise
 
     def before_validate(self) -> None:
         self._add_report()
@@ -151,6 +163,25 @@ class InterruptCheckpoint(OnExceptionCheckpoint):
                 trainer.fit_loop.epoch_loop.batch_progress.reset_on_run()
             super().on_exception(trainer, pl_module, exception)
             exception.checkpoint = self.ckpt_path
+
+
+#: what a run writes into its log folder before anything else: LightningCLI's config and the logger's hyper-parameters
+SETTINGS_FILES = frozenset({"config.yaml", "hparams.yaml"})
+
+
+def remove_settings_only_log_dir(trainer: Trainer) -> None:
+    """Remove the version folder (``lightning_logs/version_N``) that a CSV or TensorBoard logger made for a run that
+    stopped (a user error, SIGTERM) before writing anything but :data:`SETTINGS_FILES`. A folder holding anything else
+    (results, an ``interrupted.ckpt`` to resume from, logged metrics) is kept, and so is a folder that runs share (the
+    trainer's ``default_root_dir`` without such a logger, a logger's folder without a version)."""
+    logger = trainer.loggers[0] if trainer.loggers else None
+    if not trainer.is_global_zero or not isinstance(logger, (CSVLogger, TensorBoardLogger)):
+        return
+    folder = Path(logger.log_dir)  # not trainer.log_dir: a broadcast, which processes that stopped never answer
+    if folder.resolve() == Path(logger.root_dir).resolve():
+        return
+    if folder.is_dir() and all(path.is_file() and path.name in SETTINGS_FILES for path in folder.iterdir()):
+        shutil.rmtree(folder)
 
 
 def _log_redacted(log_hyperparams: Callable[..., None], params: Any, *args: Any, **kwargs: Any) -> None:

@@ -9,7 +9,9 @@ resolved config, the per-case table (``log_table``) and the plots (``log_image``
 does); the scalar metrics are logged by the editor itself (``val/<metric>_<macro|micro>``).
 
 It runs inside the processes Lightning launches, so the report is the same with any number of devices and any
-strategy (``ddp_spawn`` included, whose main process never sees the results).
+strategy (``ddp_spawn`` included, whose main process never sees the results). A run in which every request to a judge
+failed writes its report, then stops with :class:`~lightning_edit.judges.base.JudgeFailedError` (process 0 alone, once
+every file is written: a launcher that stops every process when one fails loses nothing).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from lightning_edit.data.base import EditDataModule
 from lightning_edit.data.schema import EditCase
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.errors import redact
+from lightning_edit.judges.base import JudgeFailedError
 from lightning_edit.judges.kind import judge_report
 from lightning_edit.results import json_safe, markdown_table, write_results
 
@@ -149,3 +152,23 @@ class RunReport(Callback):
             for figure in figures.values():
                 plt.close(figure)  # a process that runs many validations (scripts, notebooks) keeps no figures
         rank_zero_info(f"\n{markdown_table(module.results)}\n\nresults written to {path}")
+        check_judges_answered(judges, module.results, path)  # on process 0 alone, after every file is written
+
+
+def check_judges_answered(judges: dict[str, Any], results: dict[str, dict[str, Any]], path: Path) -> None:
+    """Raise :class:`~lightning_edit.judges.base.JudgeFailedError` if every request to a judge failed (a wrong
+    endpoint or key, the service down): its metrics are null in the results, which are written all the same."""
+    failed = {kind: judge for kind, judge in judges.get("judges", {}).items() if judge["failed"] == judge["verdicts"]}
+    if not failed:
+        return
+    asked = "; ".join(
+        f"{judge['failed']} to {judge.get('model', judge['class'])}"
+        + (f" at {judge['base_url']}" if judge.get("base_url") else "")
+        for judge in failed.values()
+    )
+    metrics = [name for name, result in results.items() if result["kind"] in failed]
+    raise JudgeFailedError(
+        f"every request to the judge failed ({asked}; the warnings above say why): no verdict for "
+        f"{', '.join(metrics)}, null in {path}, where the other metrics are written; check the judge's endpoint, model "
+        "and API key, then run the same command again"
+    )

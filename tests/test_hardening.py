@@ -50,6 +50,7 @@ class Loader:
     target_true: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
     skips_bad_records: bool = False  # a bad record is listed in results.json and the others load (ScEdit)
+    prompt_lists: tuple[str, ...] = ()  # the fields that hold lists of prompts
 
 
 ROME_FIELDS = dict(
@@ -57,6 +58,7 @@ ROME_FIELDS = dict(
     subject="requested_rewrite.subject",
     target_new="requested_rewrite.target_new.str",
     target_true="requested_rewrite.target_true.str",
+    prompt_lists=("paraphrase_prompts", "neighborhood_prompts"),
 )
 FLAT_FIELDS = dict(prompt="prompt", subject="subject", target_new="target_new", target_true="ground_truth")
 LOADERS = {
@@ -65,7 +67,11 @@ LOADERS = {
     "ZsRE": Loader(lightning_edit.data.ZsRE, "builtin:data/zsre.json", "src", "subject", "alt"),
     "BAKE": Loader(lightning_edit.data.BAKE, "builtin:data/toy/bake_qa.json", **ROME_FIELDS),
     "ScEdit": Loader(
-        lightning_edit.data.ScEdit, "builtin:data/toy/scedit_cf.json", **FLAT_FIELDS, skips_bad_records=True
+        lightning_edit.data.ScEdit,
+        "builtin:data/toy/scedit_cf.json",
+        **FLAT_FIELDS,
+        skips_bad_records=True,
+        prompt_lists=("rephrase_prompts", "neighborhood_prompts"),
     ),
     "CaseEdit": Loader(lightning_edit.data.CaseEdit, "builtin:data/toy/caseedit.json", **FLAT_FIELDS),
     "RuleEdit": Loader(lightning_edit.data.RuleEdit, "builtin:data/ruleedit"),  # a folder: only the settings rows
@@ -189,6 +195,24 @@ def test_empty_target_is_an_error_or_a_skipped_record(name, tmp_path):
         assert "record 0" in str(error) and "empty" in str(error)
     else:  # zsRE: a record without an edit target is skipped and listed in results.json (documented)
         assert [skip["record"] for skip in datamodule.skipped] == [0]
+
+
+@pytest.mark.parametrize(
+    "name, field", [(name, field) for name in FILE_LOADERS for field in LOADERS[name].prompt_lists]
+)
+@pytest.mark.parametrize("blank", ["", "  \n"], ids=["empty", "whitespace"])
+def test_a_blank_prompt_in_a_list_is_named_not_scored(name, field, blank, tmp_path):
+    def blank_first(records):
+        _get(records[0], field)[0] = blank
+
+    _rejected(LOADERS[name], _write(tmp_path, LOADERS[name], blank_first), rf"record 0: field '{field}\[0\]': empty")
+
+
+@pytest.mark.parametrize("field", LOADERS["ScEdit"].prompt_lists)
+def test_an_empty_list_of_scedit_prompts_is_skipped_and_listed(field, tmp_path):
+    """Documented behaviour (data/scedit.py): the case would drop out of S-ES or S-NS unseen, so it is listed."""
+    datamodule = _write(tmp_path, LOADERS["ScEdit"], lambda records: _set(records[0], field, []))
+    _rejected(LOADERS["ScEdit"], datamodule, f"record 0: field '{field}': expected at least 1")
 
 
 @pytest.mark.parametrize("name", [n for n in FILE_LOADERS if LOADERS[n].prompt and LOADERS[n].subject])
@@ -421,6 +445,25 @@ def test_over_long_prompt_is_named_before_any_edit(tmp_path, capsys, monkeypatch
         *QUICK,
     )  # fmt: skip
     assert status == 1 and f"{path}: record 1: field 'paraphrase'" in err and "positions" in err, err
+
+
+@pytest.mark.parametrize("defect", ["missing subject", "prompt too long"])
+def test_a_run_stopped_before_any_result_leaves_no_log_folder(defect, tmp_path, capsys, monkeypatch):
+    """The default logger's ``lightning_logs/version_N`` would hold only config.yaml and hparams.yaml (or nothing)."""
+    records = read_records("builtin:data/counterfact-flat.json")[:2]
+    if defect == "missing subject":  # stops in the data module's setup
+        del records[1]["subject"]
+    else:  # stops in the editor's checks before the first edit
+        records[1]["rephrase_prompt"] = "word " * 2000 + records[1]["rephrase_prompt"]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(records))
+    monkeypatch.chdir(tmp_path)
+    status, err = run_main(
+        capsys, "validate", "--model=NoEdit", f"--model.lm.path={TINY}", "--data=CounterFact", f"--data.path={path}",
+        "--trainer.enable_progress_bar=false", "--trainer.accelerator=cpu",
+    )  # fmt: skip
+    assert status == 1 and f"{path}: record 1" in err, err
+    assert not list(tmp_path.glob("lightning_logs/*")), list(tmp_path.rglob("*"))
 
 
 def test_a_prompt_too_long_with_its_in_context_text_is_named_before_any_edit(tmp_path, capsys, monkeypatch):

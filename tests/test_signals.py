@@ -123,12 +123,13 @@ def test_sigterm_during_a_mend_fit_leaves_a_checkpoint_that_resumes(tmp_path):
     assert differences == {}, f"stopped at {progress}; largest differences {differences}"  # bit-identical
 
 
-def test_sigterm_during_the_sequential_edits_stops_at_the_next_case(tmp_path):
+@pytest.mark.parametrize("logger", ["false", "true"], ids=["no logger", "default logger"])
+def test_sigterm_during_the_sequential_edits_stops_at_the_next_case(tmp_path, logger):
     cache = tmp_path / "cache"
     status, err = terminate_when(
         command(
             "validate", "--config", str(ROOT / "configs/quickstart.yaml"), "--model.protocol=sequential",
-            "--data.limit=100", f"--model.stats.cache_dir={cache}", "--trainer.logger=false",
+            "--data.limit=100", f"--model.stats.cache_dir={cache}", f"--trainer.logger={logger}",
             f"--trainer.default_root_dir={tmp_path / 'run'}",
         ),
         "sequential edits", tmp_path / "run.log", delay=0,
@@ -138,7 +139,8 @@ def test_sigterm_during_the_sequential_edits_stops_at_the_next_case(tmp_path):
     assert message.startswith("lightning-edit: error: sequential edits stopped by SIGTERM after "), message
     applied = int(message.split(" after ")[1].split()[0])
     assert 1 <= applied < 100 and message.endswith("of 100 cases; the edits are not kept: run the same command again")
-    assert "Traceback" not in err and not (tmp_path / "run" / "results.json").exists()
+    assert "Traceback" not in err and not list((tmp_path / "run").rglob("results.json"))
+    assert not list((tmp_path / "run").glob("lightning_logs/*"))  # no version folder holding only the settings
     assert moments(cache)  # the key statistics, computed before the edits, are kept for the next run
 
 

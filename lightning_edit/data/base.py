@@ -126,11 +126,16 @@ class RecordReader:
     def string(self, field: str, default: Any = ...) -> str:
         return self.get(field, str, default)
 
-    def strings(self, field: str, default: Any = ...) -> list[str]:
+    def strings(self, field: str, default: Any = ..., at_least: int = 0) -> list[str]:
+        """A list of at least ``at_least`` strings, none of them empty or only whitespace (nothing to score)."""
         values = self.get(field, list, default)
+        if len(values) < at_least:
+            raise self.error(field, f"expected at least {at_least} string(s), found {len(values)}")
         for position, value in enumerate(values):
             if not isinstance(value, str):
                 raise self.error(f"{field}[{position}]", f"expected str, found {type(value).__name__}")
+            if not value.strip():
+                raise self.error(f"{field}[{position}]", f"empty string {value!r}")
         return values
 
     def answer(self, field: str) -> str:

@@ -6,10 +6,13 @@ the 3D rules that depend on them). ``builtin:data/ruleedit`` is the 79 rules of 
 :mod:`lightning_edit.data.ruleedit_generate`; ``ruleedit-200`` names the published RuleEdit-200 archive
 (:mod:`lightning_edit.data.sources`). The loader reads the format's quirks as they are: ``Rule_Understanding``
 strings in ``f_d.json`` but lists [formula, description] in ``ins.json``, ``ground_truth`` a list or absent, any
-number of instances. A file that cannot be read, a record with a missing or mistyped field and a record whose
-``case_id`` differs from its folder are left out and listed (file, record, reason) under ``counts.skipped_records``
-in results.json; every other record loads. Case ids are ``3 * folder position + view`` (formula 0, description 1,
-instance 2), since the records' own ``case_id`` repeats within a folder; hierarchy cases keep their ``case_id``.
+number of instances. A file that cannot be read, a record with a missing, mistyped or blank field (an empty or
+whitespace-only prompt or answer) and a record whose ``case_id`` differs from its folder are left out and listed
+(file, record, reason) under ``counts.skipped_records`` in results.json; every other record loads. So is a rule
+folder that repeats an earlier one, by its files (a copy under another name) or by its number (``01/`` after
+``1/``): the first in folder order (``1/`` before ``01/``) is read, the other listed with the first one's path.
+Case ids are ``3 * folder position + view`` (formula 0, description 1, instance 2), since the records' own
+``case_id`` repeats within a folder; hierarchy cases keep their ``case_id``.
 
 Metrics (the paper's names; docs/benchmarks.md#rule-edit): Rel (``prompt`` -> ``target_new``), Gen
 (``rephrase_prompt``), Loc (``locality.neighborhood`` and ``locality.distracting`` prompts against their stored
@@ -216,7 +219,8 @@ class RuleEdit(EditDataModule):
         return cases
 
     def _rule_folders(self) -> list[Path]:
-        """The rule folders under :attr:`path`, numerically sorted (one level down if the archive nests them)."""
+        """The rule folders under :attr:`path`, numerically sorted (one level down if the archive nests them); a
+        folder with the files or the number of an earlier one (``1/`` and ``01/``) is left out and listed."""
         root = resolve_path(self.path)
         if not root.is_dir():
             raise DataFormatError(root, "expected a folder of rule folders (each with f_d.json and ins.json)")
@@ -226,7 +230,20 @@ class RuleEdit(EditDataModule):
         folders.sort(key=_folder_order)
         if not folders:
             raise DataFormatError(root, "no rule folders found")
-        return folders
+        kept, first = [], {}
+        for folder in folders:
+            files = tuple((folder / name).read_bytes() if (folder / name).is_file() else None for name in FILES)
+            keys = [("files", files)] if any(files) else []
+            keys += [("number", int(folder.name))] if folder.name.isdigit() else []
+            duplicate = next((key for key in keys if key in first), None)
+            if duplicate is None:
+                first |= {key: folder for key in keys}
+                kept.append(folder)
+            elif duplicate[0] == "files":
+                self.skip(None, f"a copy of {first[duplicate]} (the same {' and '.join(FILES)}): remove one", folder)
+            else:
+                self.skip(None, f"rule {duplicate[1]} again, already read from {first[duplicate]}: remove one", folder)
+        return kept
 
     def _folder_records(
         self, folder: Path
@@ -341,10 +358,10 @@ def _subfolders(folder: Path) -> list[Path]:
     return [child for child in folder.iterdir() if child.is_dir() and not child.name.startswith((".", "__"))]
 
 
-def _folder_order(folder: Path) -> tuple[bool, int, str]:
-    """Numbered folders first, in numeric order, then the others by name."""
+def _folder_order(folder: Path) -> tuple[bool, int, int, str]:
+    """Numbered folders first, in numeric order (``1`` before ``01``), then the others by name."""
     numbered = folder.name.isdigit()
-    return not numbered, int(folder.name) if numbered else 0, folder.name
+    return not numbered, int(folder.name) if numbered else 0, len(folder.name), folder.name
 
 
 def _source(reader: RecordReader) -> str:
@@ -352,9 +369,13 @@ def _source(reader: RecordReader) -> str:
 
 
 def _strings(reader: RecordReader, field: str, default: Any = ...) -> list[str]:
-    """A field given as a string or a list of strings, as a list."""
+    """A field given as a string or a list of strings, as a list; an empty or whitespace-only string is an error."""
     value = reader.get(field, (str, list), default)
-    return [value] if isinstance(value, str) else reader.strings(field, default)
+    if isinstance(value, list):
+        return reader.strings(field, default)
+    if not value.strip():
+        raise reader.error(field, f"empty string {value!r}")
+    return [value]
 
 
 def _has(reader: RecordReader, field: str) -> bool:

@@ -30,8 +30,9 @@ and Comp (:data:`TEXT_METRICS`). The judge is the paper's (``gpt-4o-2024-11-20``
 had is missing, never 0. The plot ``scedit_spearman`` is the Spearman correlation of every two metrics over cases
 (paper appendix E).
 
-A record that does not have the format (a missing or mistyped field) is left out and listed, with its file, record
-and field, under ``counts.skipped_records`` in results.json; the other records load. :func:`script_cloze` and
+A record that does not have the format (a missing or mistyped field, an empty or whitespace-only prompt, an empty
+list of prompts: a case that would silently drop out of a metric) is left out and listed, with its file, record and
+field, under ``counts.skipped_records`` in results.json; the other records load. :func:`script_cloze` and
 :func:`scedit_cf_record` build ScEdit-style records from a fact and its scripts.
 """
 
@@ -210,14 +211,15 @@ class ScEdit(EditDataModule):
     def _cf_case(self, reader: RecordReader) -> EditCase:
         request = self._request(reader, "target_new", "ground_truth", _CF_KEYS)
         new, true = request.target_new, request.target_true
-        groups = self._shared_groups(request, reader.strings("rephrase_prompts"))
+        groups = self._shared_groups(request, reader.strings("rephrase_prompts", at_least=1))
         groups["script_neighborhood"] = PromptGroup.shared_answer(
-            reader.strings("neighborhood_prompts"), true, new, prob="S-NS"
+            reader.strings("neighborhood_prompts", at_least=1), true, new, prob="S-NS"
         )
         if self.generation:
-            groups["generation"] = PromptGroup.shared_answer(reader.strings("generation_prompts"), new, entropy="GE")
+            questions = reader.strings("generation_prompts", at_least=1)
+            groups["generation"] = PromptGroup.shared_answer(questions, new, entropy="GE")
         if self.text_level:
-            groups["text"] = self._text_group(request, reader.strings("generation_prompts"))
+            groups["text"] = self._text_group(request, reader.strings("generation_prompts", at_least=1))
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
     def _text_group(self, request: EditRequest, questions: list[str]) -> PromptGroup:
@@ -238,9 +240,11 @@ class ScEdit(EditDataModule):
 
     def _t_case(self, reader: RecordReader) -> EditCase:
         request = self._request(reader, "new_update", "old_update", _T_KEYS)
-        questions = reader.strings("question")
+        questions = reader.strings("question", at_least=1)
         groups = self._shared_groups(request, questions)
         neighbours = reader.get("neighborhood", list)
+        if not neighbours:
+            raise reader.error("neighborhood", "expected at least 1 neighbour, found 0")
         prompts, objects = [], []
         for j, neighbour in enumerate(neighbours):
             field = f"neighborhood[{j}]"

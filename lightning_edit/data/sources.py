@@ -5,9 +5,10 @@ source's published files (HTTP through pooch, Hugging Face datasets through hugg
 (``$LIGHTNING_EDIT_DATA``, else the user cache of ``lightning-edit``), extracts zip archives and returns the local
 path. Every file is verified against its published SHA-256 or, where none is known, against the hash of its first
 download, which is recorded in a lock file (``sha256.lock.json``) next to it, so a later change upstream is an error
-(hashes compare in any letter case; a lock file edited into another shape is an error naming it).
-A file put in place by hand (no network) is accepted and verified the same way. A new benchmark adds its own source
-with :func:`register_source`.
+(hashes compare in any letter case; a lock file edited into another shape is an error naming it). A zip archive
+that does not open or fails its members' CRC check (a truncated download) is an error naming it, and its hash is not
+locked. A file put in place by hand (no network) is accepted and verified the same way. A new benchmark adds its own
+source with :func:`register_source`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 import logging
 import os
 import re
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,10 +216,17 @@ def _download(source: DataSource, file: SourceFile, folder: Path) -> None:
 
 
 def _verify(source: DataSource, file: SourceFile, folder: Path, downloaded: bool) -> None:
-    """Check the file against its known or locked hash; lock the hash of a file that has none."""
+    """Check the file against its known or locked hash, and a zip archive's contents; then lock the hash of a file
+    that has none."""
     path = folder / file.filename
     expected = _expected_hash(file, folder)
     actual = pooch.file_hash(str(path))
+    if expected is not None and actual != expected.lower():  # pooch's hashes are lower case; a known one may not be
+        if downloaded:
+            path.unlink()
+        raise _mismatch(source, file, folder, actual, expected, kept=not downloaded)
+    if path.suffix == ".zip":
+        _check_archive(source, file, path, downloaded)
     if expected is None:
         lock = folder / LOCK_FILE
         entries = _read_lock(lock)
@@ -230,10 +240,27 @@ def _verify(source: DataSource, file: SourceFile, folder: Path, downloaded: bool
             actual,
             lock,
         )
-    elif actual != expected.lower():  # pooch's hashes are lower case; a published or locked one may not be
-        if downloaded:
-            path.unlink()
-        raise _mismatch(source, file, folder, actual, expected, kept=not downloaded)
+
+
+def _check_archive(source: DataSource, file: SourceFile, path: Path, downloaded: bool) -> None:
+    """A zip archive must open and every member must match its CRC: a truncated or corrupt one is an error, before
+    its hash is locked (a downloaded one is deleted, one placed by hand is kept)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            corrupt = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, zlib.error) as error:
+        why = str(error) or type(error).__name__
+    else:
+        if corrupt is None:
+            return
+        why = f"member {corrupt} is corrupt"
+    if downloaded:
+        path.unlink()
+    where = f"downloaded from {file.url} (nothing was kept)" if downloaded else "placed by hand (not downloaded now)"
+    raise DataSourceError(
+        f"data source {source.name!r}: {path} is not a complete zip archive ({why}; a truncated download?), "
+        f"{where}; its hash is not locked; {_manual_step(source, file, path)}"
+    )
 
 
 def _expected_hash(file: SourceFile, folder: Path) -> str | None:

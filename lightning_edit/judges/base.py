@@ -20,12 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from lightning_edit.errors import UserError
 from lightning_edit.judges.cache import VerdictCache
 from lightning_edit.resources import user_cache_dir
 
 Scale = Literal["binary", "likert7"]
 #: the scores a verdict may have on each scale
 SCORES: dict[Scale, frozenset[float]] = {"binary": frozenset({0.0, 1.0}), "likert7": frozenset(map(float, range(1, 8)))}
+
+
+class JudgeFailedError(UserError):
+    """Every request to a judge failed, so the metrics it grades have no value; names them, the judge and the results
+    file that was written without them."""
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,45 @@ def test_an_archive_that_nests_its_rule_folders_and_a_missing_file(tmp_path):
     )
 
 
+def test_a_rule_folder_read_twice_is_left_out_and_listed(tmp_path):
+    """A copy under another name (``backup/``, ``01/``) or another folder of the same number (``00/``) loads once."""
+    root = tmp_path / "rules"
+    shutil.copytree(FIXTURE, root)
+    shutil.copytree(FIXTURE / "0", root / "backup")
+    shutil.copytree(FIXTURE / "1", root / "01")
+    shutil.copytree(FIXTURE / "0", root / "00")
+    records = json.loads((root / "00" / "f_d.json").read_text())
+    records[0]["rephrase_prompt"] = "An edited copy: " + records[0]["rephrase_prompt"]
+    (root / "00" / "f_d.json").write_text(json.dumps(records))
+
+    dm = load(root, task="all")
+    assert [case.case_id for case in dm.cases] == [case.case_id for case in load(task="all").cases]
+    listed = {Path(skip["file"]).name: skip["reason"] for skip in dm.skipped if skip["record"] is None}
+    assert listed["00"] == f"rule 0 again, already read from {root / '0'}: remove one"
+    assert listed["01"] == f"a copy of {root / '1'} (the same f_d.json and ins.json): remove one"
+    assert listed["backup"] == f"a copy of {root / '0'} (the same f_d.json and ins.json): remove one"
+
+
+@pytest.mark.parametrize(
+    "file, field, blank",
+    [("f_d.json", "Instance.prompt", ["  "]), ("ins.json", "rephrase_prompt", ""), ("f_d.json", "ground_truth", [""])],
+)
+def test_a_blank_prompt_or_answer_leaves_its_record_out(tmp_path, file, field, blank):
+    shutil.copytree(FIXTURE / "0", tmp_path / "0")
+    records = json.loads((tmp_path / "0" / file).read_text())
+    *parents, leaf = field.split(".")
+    record = records[0]
+    for part in parents:
+        record = record[part]
+    record[leaf] = blank + record[leaf][1:] if isinstance(blank, list) else blank
+    (tmp_path / "0" / file).write_text(json.dumps(records))
+    dm = load(tmp_path, task="all")
+    [skip] = dm.skipped
+    assert (skip["file"], skip["record"]) == (str(tmp_path / "0" / file), 0)
+    assert skip["reason"].startswith(f"{tmp_path / '0' / file}: record 0: field '{field}") and "empty" in skip["reason"]
+    assert len(dm.cases) == 2
+
+
 def test_validate_reports_skipped_files_in_results(tmp_path, monkeypatch):
     from lightning_edit.cli import build_cli
 

@@ -226,6 +226,39 @@ def test_zip_source_is_extracted_once(server, cache, tmp_path):
     assert fetch("rules") == folder and server.requests == {"/rules.zip": 1}
 
 
+def rules_archive(path: Path) -> bytes:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as bundle:
+        bundle.writestr("rules/0/f_d.json", json.dumps([{"prompt": "A rule " * 200}] * 2))
+        bundle.writestr("rules/0/ins.json", json.dumps([{"prompt": "An instance " * 200}]))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["placed by hand", "downloaded"])
+def test_a_truncated_archive_is_one_line_and_locks_no_hash(server, cache, tmp_path, how):
+    whole = rules_archive(tmp_path / "rules.zip")
+    partial = whole[: len(whole) // 2]
+    path = cache / "rules" / "rules.zip"
+    if how == "placed by hand":
+        url = closed_port_url("rules.zip")
+        path.parent.mkdir(parents=True)
+        path.write_bytes(partial)
+    else:
+        url = server.serve("rules.zip", partial)
+    register_source(DataSource("rules", (SourceFile("rules.zip", url),), "not stated", server.url))
+
+    with pytest.raises(DataSourceError) as error:
+        fetch("rules")
+    message = str(error.value)
+    assert f"{path} is not a complete zip archive" in message and "\n" not in message, message
+    assert not (cache / "rules" / LOCK_FILE).exists() and not (cache / "rules" / "rules").exists()
+    assert path.exists() == (how == "placed by hand")  # the user's file is kept, a bad download is not
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(whole)  # the whole archive, put where the message said
+    assert fetch("rules") == cache / "rules" / "rules"
+    assert json.loads((cache / "rules" / LOCK_FILE).read_text())["rules.zip"]["sha256"] == sha256(whole)
+
+
 def test_manual_step_file_placed_by_hand(cache):
     data = b'[{"fact": 2}]'
     url = closed_port_url("facts.json")

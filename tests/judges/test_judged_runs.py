@@ -48,8 +48,15 @@ class JudgedFacts(CounterFact):
 
 
 def validate(
-    tmp_path: Path, name: str, judges: dict, env: dict | None = None, devices: int = 1
+    tmp_path: Path,
+    name: str,
+    judges: dict,
+    env: dict | None = None,
+    devices: int = 1,
+    status: int = 0,
+    flags: tuple[str, ...] = (),
 ) -> tuple[dict, str, Path]:
+    """A run's results.json (anywhere in its folder), its output and its folder; ``status``: its exit status."""
     directory = tmp_path / name
     command = [
         sys.executable, "-m", "lightning_edit", "validate",
@@ -65,11 +72,13 @@ def validate(
         f"--trainer.default_root_dir={directory}",
         f"--trainer.devices={devices}",
         *(["--trainer.strategy=ddp"] if devices > 1 else []),
+        *flags,
     ]  # fmt: skip
     env = os.environ | {"PYTHONPATH": str(Path(__file__).parent), "HF_HUB_OFFLINE": "1"} | (env or {})
     done = subprocess.run(command, cwd=tmp_path, env=env, timeout=600, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads((directory / "results.json").read_text()), done.stdout + done.stderr, directory
+    assert done.returncode == status, done.stderr[-3000:]
+    [results] = directory.rglob("results.json")
+    return json.loads(results.read_text()), done.stdout + done.stderr, directory
 
 
 @pytest.mark.parametrize("devices", [1, 2])
@@ -134,3 +143,30 @@ def test_an_llm_judge_run_is_cached_and_keeps_no_key(tmp_path, chat_server):
     assert len(written) > 4 and not any(KEY.encode() in p.read_bytes() for p in written)
     assert "results written to" in first_log  # the run's output was captured
     assert KEY not in first_log and KEY not in second_log
+
+
+def test_a_run_whose_every_judge_request_failed_exits_1_and_keeps_its_results(tmp_path, chat_server):
+    chat_server.respond = lambda text, n: ("status", 500)
+    spec = {
+        "class_path": "openai_chat",
+        "init_args": {
+            "model": "judge-model",
+            "base_url": chat_server.url,
+            "api_key_env": "JUDGE_TEST_KEY",
+            "max_retries": 0,
+            "cache_dir": str(tmp_path / "cache"),
+        },
+    }
+    env = {"JUDGE_TEST_KEY": KEY, "NO_PROXY": "127.0.0.1,localhost"}
+    judges = {"LLM": spec, "EM": "exact_match"}
+    results, log, directory = validate(tmp_path, "down", judges, env, status=1, flags=("--trainer.logger=true",))
+
+    path = directory / "lightning_logs" / "version_0" / "results.json"  # the default logger's folder, kept
+    message = log.strip().splitlines()[-1]
+    assert message.startswith(
+        f"lightning-edit: error: every request to the judge failed (12 to judge-model at {chat_server.url}; "
+    ), message
+    assert f"no verdict for LLM, null in {path}," in message and "Traceback" not in log
+    assert chat_server.calls == 12 and KEY not in log
+    assert (results["metrics"]["LLM"]["n_missing"], results["metrics"]["LLM"]["macro"]) == (12, None)
+    assert results["metrics"]["EM"]["n_prompts"] == 12 and results["judges"]["judged_LLM"]["failed"] == 12
