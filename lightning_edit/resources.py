@@ -6,6 +6,7 @@ work from any working directory, whether the package is installed or used from a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -16,6 +17,15 @@ from lightning_edit.errors import ConfigError
 ASSETS_DIR = Path(__file__).parent / "assets"
 BUILTIN_PREFIX = "builtin:"
 CACHE_ENV = "LIGHTNING_EDIT_CACHE"
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def user_cache_dir(kind: str) -> Path:

@@ -18,7 +18,6 @@ Named models (``gguf:<name>``), installed from the Python package index without 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lightning_edit.errors import UserError
-from lightning_edit.resources import user_cache_dir
+from lightning_edit.resources import file_sha256, user_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +89,7 @@ def gguf_file(path: str | Path) -> Path | None:
 
 def converted_folder(gguf: Path) -> Path:
     """A ``save_pretrained`` folder with the dequantized weights (float32) and tokenizer of ``gguf``, made once."""
-    digest = _sha256(gguf)
+    digest = file_sha256(gguf)
     folder = user_cache_dir("models") / f"{gguf.stem}-{digest[:16]}"
     if (folder / "gguf.json").exists():
         return folder
@@ -141,7 +140,7 @@ def _named_file(name: str) -> Path:
             for part in parts:
                 with part.open("rb") as chunk:
                     shutil.copyfileobj(chunk, out, 1 << 20)
-        if _sha256(staging) != entry.sha256:
+        if file_sha256(staging) != entry.sha256:
             staging.unlink()
             raise GGUFError(f"the chunks of {GGUF_PREFIX}{name} do not make the published file: {entry.install}")
         os.replace(staging, whole)
@@ -154,11 +153,3 @@ def _package_folder(module: str, install: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise GGUFError(f"the model's package {module!r} is not installed: {install}")
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

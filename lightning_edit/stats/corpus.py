@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from lightning_edit.errors import UserError
-from lightning_edit.resources import resolve_path
+from lightning_edit.resources import file_sha256, resolve_path
 
 HF_PREFIX = "hf:"
 
@@ -48,14 +48,6 @@ class Corpus(Protocol):
     def documents(self, start: int = 0, stop: int | None = None) -> Iterator[str]:
         """Documents ``start .. stop-1`` (fewer if the corpus is shorter)."""
         ...
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -85,7 +77,7 @@ class TextFileCorpus:
         self.path = Path(self.path)
         if not self.path.is_file():
             raise CorpusError(f"corpus file {str(self.path)!r} not found")
-        self.identity = f"txt:sha256={_file_sha256(self.path)}"
+        self.identity = f"txt:sha256={file_sha256(self.path)}"
         self.description = str(self.path)
 
     def _all(self) -> Iterator[str]:
@@ -109,7 +101,7 @@ class JsonlCorpus:
         self.path = Path(self.path)
         if not self.path.is_file():
             raise CorpusError(f"corpus file {str(self.path)!r} not found")
-        self.identity = f"jsonl:{self.text_field}:sha256={_file_sha256(self.path)}"
+        self.identity = f"jsonl:{self.text_field}:sha256={file_sha256(self.path)}"
         self.description = f"{self.path} (field {self.text_field!r})"
 
     def _all(self) -> Iterator[str]:
