@@ -81,6 +81,21 @@ def validate(
     return json.loads(results.read_text()), done.stdout + done.stderr, directory
 
 
+def loopback_judge(chat_server, tmp_path) -> tuple[dict, dict]:
+    """(judge spec, environment) of an openai_chat judge at the loopback server, its key in the environment."""
+    spec = {
+        "class_path": "openai_chat",
+        "init_args": {
+            "model": "judge-model",
+            "base_url": chat_server.url,
+            "api_key_env": "JUDGE_TEST_KEY",
+            "max_retries": 0,
+            "cache_dir": str(tmp_path / "cache"),
+        },
+    }
+    return spec, {"JUDGE_TEST_KEY": KEY, "NO_PROXY": "127.0.0.1,localhost"}
+
+
 @pytest.mark.parametrize("devices", [1, 2])
 def test_exact_match_and_sympy_agree_in_the_results(tmp_path, devices):
     """On 2 processes too: the judges' counts and items are gathered from both."""
@@ -114,17 +129,7 @@ def test_an_llm_judge_run_is_cached_and_keeps_no_key(tmp_path, chat_server):
         return "reply", json.dumps({"verdict": "yes" if answer == reference else "no", "reason": "compared"})
 
     chat_server.respond = respond
-    spec = {
-        "class_path": "openai_chat",
-        "init_args": {
-            "model": "judge-model",
-            "base_url": chat_server.url,
-            "api_key_env": "JUDGE_TEST_KEY",
-            "max_retries": 0,
-            "cache_dir": str(tmp_path / "cache"),
-        },
-    }
-    env = {"JUDGE_TEST_KEY": KEY, "NO_PROXY": "127.0.0.1,localhost"}
+    spec, env = loopback_judge(chat_server, tmp_path)
     first, first_log, first_dir = validate(tmp_path, "first", {"LLM": spec}, env)
     calls = chat_server.calls
     second, second_log, second_dir = validate(tmp_path, "second", {"LLM": spec}, env)
@@ -147,17 +152,7 @@ def test_an_llm_judge_run_is_cached_and_keeps_no_key(tmp_path, chat_server):
 
 def test_a_run_whose_every_judge_request_failed_exits_1_and_keeps_its_results(tmp_path, chat_server):
     chat_server.respond = lambda text, n: ("status", 500)
-    spec = {
-        "class_path": "openai_chat",
-        "init_args": {
-            "model": "judge-model",
-            "base_url": chat_server.url,
-            "api_key_env": "JUDGE_TEST_KEY",
-            "max_retries": 0,
-            "cache_dir": str(tmp_path / "cache"),
-        },
-    }
-    env = {"JUDGE_TEST_KEY": KEY, "NO_PROXY": "127.0.0.1,localhost"}
+    spec, env = loopback_judge(chat_server, tmp_path)
     judges = {"LLM": spec, "EM": "exact_match"}
     results, log, directory = validate(tmp_path, "down", judges, env, status=1, flags=("--trainer.logger=true",))
 
