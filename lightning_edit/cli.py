@@ -43,12 +43,13 @@ from lightning_edit.editors.base import EditorModule
 from lightning_edit.errors import (
     DEBUG_ENV,
     REDACTED,
-    SECRET_KEY,
+    add_secrets,
     argv_secrets,
-    environment_secrets,
+    mask,
+    mask_output,
     redact,
-    redact_text,
     request_stop,
+    secret_field,
     user_error,
 )
 from lightning_edit.presets import compose_presets
@@ -194,7 +195,7 @@ class SecretFreeSaveConfig(SaveConfigCallback):
     def __init__(self, parser: ArgumentParser, config: Namespace, *args: Any, **kwargs: Any):
         config = config.clone()
         for key, value in config.items():
-            if SECRET_KEY.search(key.rpartition(".")[2]) and value is not None:
+            if secret_field(key, value):
                 config[key] = REDACTED
             elif isinstance(value, (dict, list)):
                 config[key] = redact(value)
@@ -240,25 +241,26 @@ def main(args: ArgsType = None) -> None:
     argv = list(sys.argv[1:] if args is None else args)
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     argv = [argument for argument in argv if argument != "--debug"]
-    secrets = argv_secrets(argv) | environment_secrets()
-    if args is None:
-        sys.argv[1:] = argv  # LightningCLI reads the command line itself
+    add_secrets(argv_secrets(argv))
+    mask_output()
+    if args is None:  # what loggers record of the command line (W&B's metadata), masked
+        sys.argv[1:] = [mask(argument) for argument in argv]
     signal.signal(signal.SIGTERM, request_stop)
     _silence_known_noise()
     try:
-        build_cli(None if args is None else argv, exit_on_error=False)
+        build_cli(argv, exit_on_error=False)
     except ArgumentError as error:
         usage = f"lightning-edit {' '.join(argv[:1])} --help lists the options"
-        _exit(f"error: {_one_line(str(error))} ({usage})", 2, secrets)
+        _exit(f"error: {_one_line(str(error))} ({usage})", 2)
     except SIGTERMException as error:
         saved = getattr(error, "checkpoint", None)
         hint = f"resume with the same command and --ckpt_path {saved}" if saved else "run the same command again"
-        _exit(f"stopped by SIGTERM before the run finished; {hint}", 128 + signal.SIGTERM, secrets)
+        _exit(f"stopped by SIGTERM before the run finished; {hint}", 128 + signal.SIGTERM)
     except Exception as error:
         found = user_error(error)
         if found is None or debug:
-            _exit("".join(traceback.format_exception(error)).rstrip(), 1, secrets)
-        _exit(f"error: {found}", found.exit_code, secrets)
+            _exit("".join(traceback.format_exception(error)).rstrip(), 1)
+        _exit(f"error: {found}", found.exit_code)
 
 
 #: Warnings about choices lightning-edit makes on purpose, or about library internals: (start of the message,
@@ -303,6 +305,6 @@ def _one_line(message: str) -> str:
     return " ".join(line.removeprefix("- ") for line in lines)
 
 
-def _exit(message: str, status: int, secrets: set[str]) -> None:
-    print(f"lightning-edit: {redact_text(message, secrets)}", file=sys.stderr)
+def _exit(message: str, status: int) -> None:
+    print(f"lightning-edit: {mask(message)}", file=sys.stderr)
     raise SystemExit(status)

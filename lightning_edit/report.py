@@ -106,7 +106,7 @@ class RunReport(Callback):
         if not isinstance(module, EditorModule) or trainer.sanity_checking:
             return
         directory = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast: every process asks
-        judges = judge_report()  # gathered from every process too
+        judges = redact(judge_report())  # gathered from every process too; a key pasted as api_key_env redacted
         if not trainer.is_global_zero:
             return
         datamodule = trainer.datamodule

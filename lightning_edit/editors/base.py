@@ -439,6 +439,11 @@ class EditorModule(LightningModule, ABC):
         self._start(self.trainer.test_dataloaders)
 
     def validation_step(self, batch: list[EditCase], batch_idx: int) -> None:
+        self._score(batch)
+        self._stop_if_requested(batch_idx)
+
+    def _score(self, batch: list[EditCase]) -> None:
+        """Score a batch of cases under the protocol (edited, scored and undone, or scored after the sequence)."""
         scorer = self._scorer()
         if self._sequential is not None:
             self._update_metrics(scorer.score(batch, self._sequential[1], self._contexts))
@@ -461,6 +466,16 @@ class EditorModule(LightningModule, ABC):
             with self.edits_applied(self._requests(cases), self._editor_calls(cases)):
                 scores = scorer.score(cases, reference, self._contexts)
             self._update_metrics(scores)
+
+    def _stop_if_requested(self, batch_idx: int) -> None:
+        """After a batch during which this process received SIGTERM (judge requests stop at once, the edits are
+        undone), raise :class:`~lightning_edit.errors.Interrupted`: no results are written from a part of the cases;
+        the judges' verdicts so far are in their caches, for the next run."""
+        if self.trainer.received_sigterm or stop_requested() is not None:
+            raise Interrupted(
+                f"scoring stopped by SIGTERM in batch {batch_idx + 1}; no results are written, the judges' verdicts "
+                "so far are cached: run the same command again"
+            )
 
     def test_step(self, batch: list[EditCase], batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)

@@ -17,9 +17,11 @@ A config names a judge by a short name or a class path, with its arguments (json
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_edit.errors import ConfigError
 from lightning_edit.judges.base import Judge, JudgeInput, JudgeStats, Verdict
 from lightning_edit.judges.exact_match import ExactMatchJudge
 from lightning_edit.judges.llm import LLMJudge
@@ -38,25 +40,49 @@ JUDGES: dict[str, type[Judge]] = {
 
 def build_judge(spec: str | Mapping[str, Any] | Judge) -> Judge:
     """The judge a config names: a short name of :data:`JUDGES` or a class path, alone or as
-    ``{"class_path": ..., "init_args": {...}}``; a :class:`Judge` is returned as it is."""
+    ``{"class_path": ..., "init_args": {...}}``; a :class:`Judge` is returned as it is. Either way the judge is
+    checked (:meth:`Judge.check`: its settings, its API key, its verdict cache), so that a benchmark that registers it
+    stops on a fault before any edit. Every fault is one line, a :class:`~lightning_edit.errors.ConfigError` that
+    starts ``judge <name>:``."""
     if isinstance(spec, Judge):
-        return spec
-    if isinstance(spec, str):
-        spec = {"class_path": spec}
-    unknown = set(spec) - {"class_path", "init_args"}
-    if unknown:
-        raise ValueError(f"a judge is given by class_path and init_args, not {sorted(unknown)}")
-    path = spec["class_path"]
-    if path in JUDGES:
-        cls = JUDGES[path]
+        name, judge = type(spec).__name__, spec
     else:
-        module, _, name = path.rpartition(".")
-        if not module:
-            raise ValueError(f"unknown judge {path!r}; known: {sorted(JUDGES)} or a class path")
-        cls = getattr(importlib.import_module(module), name)
+        if isinstance(spec, str):
+            spec = {"class_path": spec}
+        unknown = set(spec) - {"class_path", "init_args"}
+        if unknown:
+            raise ConfigError(f"a judge is given by class_path and init_args, not {sorted(unknown)}")
+        name, arguments = spec["class_path"], dict(spec.get("init_args") or {})
+        cls = _judge_class(name)
+        accepted = inspect.signature(cls).parameters
+        for argument in arguments:
+            if argument not in accepted:
+                raise ConfigError(f"judge {name}: unknown argument {argument!r}; it takes {sorted(accepted)}")
+        try:
+            judge = cls(**arguments)
+        except ConfigError as error:
+            raise ConfigError(f"judge {name}: {error}") from None
+    try:
+        judge.check()
+    except ConfigError as error:
+        raise ConfigError(f"judge {name}: {error}") from None
+    return judge
+
+
+def _judge_class(path: str) -> type[Judge]:
+    """The class of a short name or a class path."""
+    if path in JUDGES:
+        return JUDGES[path]
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError):
+        cls = None
+    if cls is None:
+        raise ConfigError(f"unknown judge {path!r}; known: {sorted(JUDGES)} or the class path of a Judge")
     if not (isinstance(cls, type) and issubclass(cls, Judge)):
-        raise TypeError(f"{path!r} is not a Judge")
-    return cls(**dict(spec.get("init_args") or {}))
+        raise ConfigError(f"{path!r} is not a Judge")
+    return cls
 
 
 __all__ = [

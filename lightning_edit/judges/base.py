@@ -136,6 +136,12 @@ class Judge:
         """The digest of the class and its settings: the judge's part of every cache key."""
         return stable_digest([type(self).__module__, type(self).__qualname__, self.settings()])
 
+    def check(self) -> None:
+        """Raise a one-line :class:`~lightning_edit.errors.ConfigError` if the judge cannot give verdicts: a verdict
+        cache it cannot use (here), a missing API key (subclasses). Benchmarks register their judges before any edit
+        (:func:`~lightning_edit.judges.build_judge` calls it), so a fault stops the run before any weight changes."""
+        self._verdict_cache()
+
     def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
         """The verdict of every item, in order (no cache); subclasses implement it."""
         raise NotImplementedError

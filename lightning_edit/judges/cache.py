@@ -6,6 +6,11 @@ judge. SQLite serialises writers, so several processes of one run may share the 
 
 A cached score off the judge's scale (99 on a 1-7 scale: a file edited by hand or written by other code) is not
 trusted: it is read as a cache miss, with a warning, so the judge is asked again and its verdict replaces it.
+
+A cache that cannot be used (a folder that cannot be made, a file that is no SQLite database or holds another table
+of verdicts, a file that cannot be written) is a one-line error when the judge is made, before any edit: never a
+silent run without a cache, whose verdicts an LLM judge would then be paid for again on every rerun. The error says
+to give the judge another ``cache_dir`` or to remove the file.
 """
 
 from __future__ import annotations
@@ -17,10 +22,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lightning_edit.errors import ConfigError, mask
+
 if TYPE_CHECKING:
     from lightning_edit.judges.base import Verdict
 
 log = logging.getLogger(__name__)
+
+
+#: the columns of the table of verdicts
+COLUMNS = ("judge TEXT", "item TEXT", "score REAL", "reason TEXT", "raw TEXT")
 
 
 class VerdictCache:
@@ -28,12 +39,20 @@ class VerdictCache:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as connection:
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS verdicts (judge TEXT, item TEXT, score REAL, reason TEXT, raw TEXT, "
-                "PRIMARY KEY (judge, item))"
-            )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as connection:
+                connection.execute(
+                    f"CREATE TABLE IF NOT EXISTS verdicts ({', '.join(COLUMNS)}, PRIMARY KEY (judge, item))"
+                )
+                columns = [row[1] for row in connection.execute("PRAGMA table_info(verdicts)")]
+                if columns != [column.split()[0] for column in COLUMNS]:
+                    raise sqlite3.DatabaseError(f"its table of verdicts has the columns {columns}, not this version's")
+                connection.execute("INSERT INTO verdicts (judge, item) VALUES ('', '')")  # writable? (rolled back)
+                connection.rollback()
+        except (OSError, sqlite3.Error) as error:
+            why = f"{error}; give the judge another cache_dir, or remove the file"
+            raise ConfigError(f"cannot use the verdict cache {self.path}: {why}") from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -68,11 +87,11 @@ class VerdictCache:
         return {item: v for item, v in found.items() if v.score is None or v.score in scores}
 
     def put_many(self, judge: str, verdicts: dict[str, Verdict]) -> None:
-        """Store ``verdicts`` (item key -> verdict) of ``judge``."""
+        """Store ``verdicts`` (item key -> verdict) of ``judge``, every secret in their text masked."""
         if not verdicts:
             return
         with self._connect() as connection:
             connection.executemany(
                 "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?)",
-                [(judge, item, v.score, v.reason, v.raw) for item, v in verdicts.items()],
+                [(judge, item, v.score, mask(v.reason), mask(v.raw)) for item, v in verdicts.items()],
             )

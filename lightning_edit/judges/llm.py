@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lightning_edit.errors import ConfigError
 from lightning_edit.judges.base import Judge, JudgeInput, Scale, Verdict
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
@@ -48,7 +49,7 @@ def load_template(template: str) -> tuple[str, str]:
     """``(name, text)`` of a shipped template (by name) or of a template file (by path)."""
     path = TEMPLATE_DIR / f"{template}.txt" if template in TEMPLATES else Path(template).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"judge template {template!r} is neither shipped ({sorted(TEMPLATES)}) nor a file")
+        raise ConfigError(f"judge template {template!r} is neither shipped ({sorted(TEMPLATES)}) nor a file")
     return (template if template in TEMPLATES else str(path)), path.read_text()
 
 
@@ -131,7 +132,10 @@ class LLMJudge(Judge):
         self.template, self.template_text = load_template(template)
         shipped_scale, shipped_key = TEMPLATES.get(template, (None, None))
         if (scale or shipped_scale) is None or (key or shipped_key) is None:
-            raise ValueError(f"template {template!r} is not shipped: give its scale and key")
+            raise ConfigError(f"template {template!r} is not shipped: give its scale and key")
+        if max_tokens < 1 or temperature < 0:
+            wrong = f"max_tokens={max_tokens}" if max_tokens < 1 else f"temperature={temperature}"
+            raise ConfigError(f"{wrong}: the reply needs at least 1 token, and a temperature is 0 (greedy) or more")
         self.scale, self.key = scale or shipped_scale, (key or shipped_key).lower()
         self.max_tokens, self.temperature = max_tokens, temperature
         self.convention = (

@@ -3,22 +3,26 @@
 Requests go through the ``openai`` client: ``timeout`` seconds each, retried ``max_retries`` times with exponential
 backoff (the client's: 0.5 s doubling, up to 8 s, or the server's ``Retry-After``) on 408, 409, 429, 5xx, timeouts
 and connection errors; at most ``concurrency`` at a time. A request that still fails, or whose response is not a
-chat completion, is a missing verdict, counted as failed, and not cached (a rerun asks again).
+chat completion, is a missing verdict, counted as failed, and not cached (a rerun asks again). SIGTERM stops the
+requests at once: the verdicts already given are cached, the others are failed ones, and the run stops.
 
 The API key is read from the environment variable ``api_key_env`` when the client is made; it is never stored in
-the judge's settings, the cache, results or logs. The judge's identity (cache key) is its model and template and
-parameters, not the endpoint: the same model behind another URL reuses the verdicts.
+the judge's settings, the cache, results or logs, and where an endpoint echoes it (in an error, in a reply) it is
+masked before the text is logged or cached (:func:`~lightning_edit.errors.mask`). The judge's identity (cache key)
+is its model and template and parameters, not the endpoint: the same model behind another URL reuses the verdicts.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
 from typing import Any
 
 import openai
 
+from lightning_edit.errors import ConfigError, add_secrets, mask, secret_field, stop_requested
 from lightning_edit.judges.base import Scale
 from lightning_edit.judges.llm import LLMJudge
 
@@ -54,6 +58,18 @@ class OpenAIChatJudge(LLMJudge):
         cache_dir: str | None = None,
     ):
         super().__init__(template, scale, key, max_tokens, temperature, cache_dir)
+        for setting, value, valid, meaning in (
+            ("timeout", timeout, timeout > 0, "seconds per request, more than 0"),
+            ("max_retries", max_retries, max_retries >= 0, "retries of a failed request, 0 or more"),
+            ("concurrency", concurrency, concurrency >= 1, "requests in flight at most, 1 or more"),
+        ):
+            if not valid:
+                raise ConfigError(f"{setting}={value}: {meaning}")
+        if secret_field("api_key_env", api_key_env):
+            raise ConfigError(
+                "api_key_env names the environment variable that holds the key, in capitals (OPENAI_API_KEY); the "
+                "value given is no such name and is not shown: it may be the key itself"
+            )
         self.model, self.base_url, self.api_key_env = model, base_url, api_key_env
         self.timeout, self.max_retries, self.concurrency = timeout, max_retries, concurrency
         self._client: openai.OpenAI | None = None
@@ -64,11 +80,20 @@ class OpenAIChatJudge(LLMJudge):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "base_url": self.base_url, "api_key_env": self.api_key_env}
 
+    def check(self) -> None:
+        """The cache (:meth:`Judge.check`) and the API key: its variable must be set."""
+        super().check()
+        if not os.environ.get(self.api_key_env):
+            raise ConfigError(
+                f"its API key is read from ${self.api_key_env}, which is not set: export it, or name another variable "
+                "with api_key_env"
+            )
+
     def client(self) -> openai.OpenAI:
         """The client, made on first use with the key from the environment."""
         if self._client is None:
-            if not os.environ.get(self.api_key_env):
-                raise ValueError(f"the judge's API key is read from ${self.api_key_env}, which is not set")
+            self.check()
+            add_secrets([os.environ[self.api_key_env]])  # masked in what is printed, logged or cached
             self._client = openai.OpenAI(
                 api_key=os.environ[self.api_key_env],
                 base_url=self.base_url,
@@ -85,13 +110,35 @@ class OpenAIChatJudge(LLMJudge):
             reply = response.choices[0].message.content
             if not isinstance(reply, str):
                 raise TypeError("the response has no message content")
-            return reply, ""
+            return mask(reply), ""
         except (openai.OpenAIError, AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
-            reason = f"{type(error).__name__}: {str(error)[:200]}"
+            reason = f"{type(error).__name__}: {mask(str(error))[:200]}"  # an endpoint may echo the key
             log.warning("judge request to model %s failed: %s", self.model, reason)
             return None, reason
 
     def complete(self, conversations: list[list[dict[str, str]]]) -> list[tuple[str | None, str]]:
+        """The replies, from ``concurrency`` threads. Once the process is asked to stop (SIGTERM,
+        :func:`~lightning_edit.errors.stop_requested`), no request starts and none is waited for (a thread in flight
+        ends with the process): within a fraction of a second, every conversation without a reply is a failed one."""
         self.client()  # a missing key is an error here, before any request
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(self._ask, conversations))
+        replies: list[tuple[str | None, str] | None] = [None] * len(conversations)
+        waiting: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for index in range(len(conversations)):
+            waiting.put(index)
+
+        def work() -> None:
+            while stop_requested() is None:
+                try:
+                    index = waiting.get_nowait()
+                except queue.Empty:
+                    return
+                replies[index] = self._ask(conversations[index])
+
+        workers = [threading.Thread(target=work, daemon=True) for _ in range(min(self.concurrency, len(conversations)))]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            while worker.is_alive() and stop_requested() is None:
+                worker.join(0.1)
+        stopped = (None, "the run was asked to stop before the judge answered")
+        return [reply or stopped for reply in replies]

@@ -176,7 +176,15 @@ def test_bad_records_are_listed_by_file_record_and_field_and_the_rest_load(tmp_p
     assert skipped["reason"].startswith(f"{tmp_path / f'{variant}.json'}: record 1: field {field!r}: ")
 
 
-def test_text_level_needs_generation_prompts_or_lists_the_record(tmp_path):
+@pytest.fixture
+def judge_key(monkeypatch, tmp_path):
+    """The default judge's key variable, set (its endpoint is never asked here): a judge without it stops the load;
+    its verdict cache, which the load opens, in the test's folder."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-used")
+    monkeypatch.setenv("LIGHTNING_EDIT_CACHE", str(tmp_path / "cache"))
+
+
+def test_text_level_needs_generation_prompts_or_lists_the_record(tmp_path, judge_key):
     path = tmp_path / "cf.json"
     path.write_text(json.dumps([CF_RECORD, changed(CF_RECORD | {"case_id": 8}, lambda r: r.pop("generation_prompts"))]))
     data = ScEdit(str(path), text_level=True)
@@ -184,7 +192,7 @@ def test_text_level_needs_generation_prompts_or_lists_the_record(tmp_path):
     assert len(data.cases) == 1 and "field 'generation_prompts': missing" in data.skipped[0]["reason"]
 
 
-def test_text_level_prompts_the_paper_prompt_and_hands_the_judge_the_fact(tmp_path):
+def test_text_level_prompts_the_paper_prompt_and_hands_the_judge_the_fact(tmp_path, judge_key):
     (tmp_path / "cf.json").write_text(json.dumps([CF_RECORD]))
     data = ScEdit(str(tmp_path / "cf.json"), text_level=True, generation=True)
     data.setup()

@@ -8,7 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-# what the server does with a request: ("reply", text), ("status", code), ("sleep", seconds), ("raw", body)
+# what the server does with a request: ("reply", text), ("status", code), ("status", (code, error message)),
+# ("sleep", seconds), ("raw", body)
 Action = tuple[str, object]
 
 
@@ -43,7 +44,8 @@ class ChatServer:
                     time.sleep(value)
                     kind, value = "reply", '{"verdict": "yes"}'
                 if kind == "status":
-                    self._send(value, json.dumps({"error": {"message": "scripted failure"}}).encode())
+                    code, message = value if isinstance(value, tuple) else (value, "scripted failure")
+                    self._send(code, json.dumps({"error": {"message": message}}).encode())
                 elif kind == "raw":
                     self._send(200, value)
                 else:

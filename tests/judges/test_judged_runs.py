@@ -8,8 +8,11 @@ no file or log of either run holds the API key).
 
 import json
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,20 +50,13 @@ class JudgedFacts(CounterFact):
         return {metric: f"judged_{metric}" for metric in self.judges}
 
 
-def validate(
-    tmp_path: Path,
-    name: str,
-    judges: dict,
-    env: dict | None = None,
-    devices: int = 1,
-    status: int = 0,
-    flags: tuple[str, ...] = (),
-) -> tuple[dict, str, Path]:
-    """A run's results.json (anywhere in its folder), its output and its folder; ``status``: its exit status."""
-    directory = tmp_path / name
-    command = [
+def validate_command(
+    directory: Path, judges: dict, devices: int = 1, flags: tuple[str, ...] = (), config: str = "methods/no_edit.yaml"
+) -> list[str]:
+    """The ``lightning-edit validate`` command of a judged toy run with ``config`` (NoEdit; the quickstart: ROME)."""
+    return [
         sys.executable, "-m", "lightning_edit", "validate",
-        f"--config={ROOT / 'configs/methods/no_edit.yaml'}",
+        f"--config={ROOT / 'configs' / config}",
         "--model.lm.path=builtin:models/toy-gpt2",
         f"--data={Path(__file__).stem}.JudgedFacts",
         "--data.path=builtin:data/toy/counterfact.json",
@@ -74,8 +70,27 @@ def validate(
         *(["--trainer.strategy=ddp"] if devices > 1 else []),
         *flags,
     ]  # fmt: skip
+
+
+def run_environment(env: dict | None = None, without: tuple[str, ...] = ()) -> dict:
+    """The environment of a judged run: this module importable, offline, ``env`` added, ``without`` removed."""
     env = os.environ | {"PYTHONPATH": str(Path(__file__).parent), "HF_HUB_OFFLINE": "1"} | (env or {})
-    done = subprocess.run(command, cwd=tmp_path, env=env, timeout=600, capture_output=True, text=True)
+    return {name: value for name, value in env.items() if name not in without}
+
+
+def validate(
+    tmp_path: Path,
+    name: str,
+    judges: dict,
+    env: dict | None = None,
+    devices: int = 1,
+    status: int = 0,
+    flags: tuple[str, ...] = (),
+) -> tuple[dict, str, Path]:
+    """A run's results.json (anywhere in its folder), its output and its folder; ``status``: its exit status."""
+    directory = tmp_path / name
+    command = validate_command(directory, judges, devices, flags)
+    done = subprocess.run(command, cwd=tmp_path, env=run_environment(env), timeout=600, capture_output=True, text=True)
     assert done.returncode == status, done.stderr[-3000:]
     [results] = directory.rglob("results.json")
     return json.loads(results.read_text()), done.stdout + done.stderr, directory
@@ -165,3 +180,136 @@ def test_a_run_whose_every_judge_request_failed_exits_1_and_keeps_its_results(tm
     assert chat_server.calls == 12 and KEY not in log
     assert (results["metrics"]["LLM"]["n_missing"], results["metrics"]["LLM"]["macro"]) == (12, None)
     assert results["metrics"]["EM"]["n_prompts"] == 12 and results["judges"]["judged_LLM"]["failed"] == 12
+
+
+def _corrupt_cache(cache: Path) -> None:
+    cache.mkdir()
+    (cache / "verdicts.sqlite").write_bytes(b"not a database, " * 100)
+
+
+def _foreign_cache(cache: Path) -> None:
+    cache.mkdir()
+    with sqlite3.connect(cache / "verdicts.sqlite") as connection:
+        connection.execute("CREATE TABLE verdicts (judge TEXT, item TEXT, answer TEXT)")
+
+
+def _cache_is_a_file(cache: Path) -> None:
+    cache.write_text("a file where the cache folder should be")
+
+
+#: fault -> (change of the judge's init_args, environment variables removed, what the run's cache folder gets,
+#: the start of the one-line error after "lightning-edit: error: ")
+JUDGE_FAULTS = {
+    "no API key": ({}, ("JUDGE_TEST_KEY",), None, "judge openai_chat: its API key is read from $JUDGE_TEST_KEY"),
+    "concurrency 0": ({"concurrency": 0}, (), None, "judge openai_chat: concurrency=0"),
+    "negative timeout": ({"timeout": -1}, (), None, "judge openai_chat: timeout=-1"),
+    "unknown argument": ({"modle": "x"}, (), None, "judge openai_chat: unknown argument 'modle'"),
+    "unknown judge": ({"class_path": "openai"}, (), None, "unknown judge 'openai'"),
+    "missing template": ({"template": "no_such_template"}, (), None, "judge openai_chat: judge template"),
+    "corrupt cache": ({}, (), _corrupt_cache, "judge openai_chat: cannot use the verdict cache"),
+    "foreign cache": ({}, (), _foreign_cache, "judge openai_chat: cannot use the verdict cache"),
+    "cache folder is a file": ({}, (), _cache_is_a_file, "judge openai_chat: cannot use the verdict cache"),
+}
+
+
+@pytest.mark.parametrize("fault", JUDGE_FAULTS)
+def test_a_judge_or_cache_fault_is_one_line_before_any_edit(fault, tmp_path, chat_server):
+    """ROME (the quickstart) with a faulty judge: the run stops on the fault before the editor's key statistics,
+    let alone an edit, and before any request."""
+    change, without, make_cache, expected = JUDGE_FAULTS[fault]
+    spec, env = loopback_judge(chat_server, tmp_path)
+    spec = {"class_path": change.pop("class_path", spec["class_path"]), "init_args": spec["init_args"] | change}
+    if make_cache:
+        make_cache(tmp_path / "cache")
+    stats = tmp_path / "stats"
+    command = validate_command(
+        tmp_path / "run", {"LLM": spec}, config="quickstart.yaml", flags=(f"--model.stats.cache_dir={stats}",)
+    )
+    done = subprocess.run(
+        command, cwd=tmp_path, env=run_environment(env, without), timeout=600, capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"lightning-edit: error: {expected}"), lines[-1]
+    assert "Traceback" not in done.stderr and chat_server.calls == 0
+    assert not stats.exists()  # ROME never computed its key statistics: no weight was touched
+
+
+def test_sigterm_while_a_judge_hangs_stops_within_seconds_and_keeps_the_verdicts(tmp_path, chat_server):
+    """The first three requests are answered, every later one hangs (a 60 s timeout, 2 retries: minutes)."""
+    chat_server.respond = lambda text, n: ("reply", '{"verdict": "yes"}') if n < 3 else ("sleep", 600)
+    spec, env = loopback_judge(chat_server, tmp_path)
+    spec["init_args"] |= {"timeout": 60.0, "max_retries": 2, "concurrency": 1}
+    command = validate_command(tmp_path / "run", {"LLM": spec})
+    log = tmp_path / "run.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(command, cwd=tmp_path, env=run_environment(env), stderr=stderr, text=True)
+    start = time.monotonic()
+    while chat_server.calls < 4:  # the fourth request hangs
+        assert process.poll() is None and time.monotonic() - start < 300, log.read_text()[-3000:]
+        time.sleep(0.1)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    status = process.wait(timeout=60)
+    assert time.monotonic() - sent < 10
+    err = log.read_text()
+    assert status == 128 + signal.SIGTERM, err[-3000:]
+    message = err.strip().splitlines()[-1]
+    assert message.startswith("lightning-edit: error: scoring stopped by SIGTERM"), message
+    assert "Traceback" not in err and KEY not in err
+    with sqlite3.connect(tmp_path / "cache" / "verdicts.sqlite") as connection:
+        assert connection.execute("SELECT COUNT(*) FROM verdicts").fetchone() == (3,)
+
+
+#: secrets in every secret-shaped config field, in the W&B logger's config (written to its run files)
+FIELD_SECRETS = {
+    field: f"{field.replace('_', '-')}-secret-{n}93a7"
+    for n, field in enumerate(("token", "hf_token", "private_key", "credentials", "password", "secret", "api_key"))
+}
+PASTED_KEY, ENV_TOKEN = "sk-pasted-4e9d0c11", "hf-environ-7c2b55e1"
+
+
+def test_no_secret_reaches_any_file_or_output(tmp_path, chat_server):
+    """Runs with secrets in every secret-shaped field (W&B config), the judge's key echoed by the endpoint in an error
+    body and in a reply, a key pasted into api_key_env, ``--print_config`` and a traceback: no file any run writes
+    (results, configs, W&B offline files, the verdict cache) and no output holds a secret."""
+    chat_server.respond = lambda text, n: (
+        ("status", (401, f"Incorrect API key provided: {KEY}"))
+        if n % 2
+        else ("reply", f'{{"verdict": "yes", "reason": "{KEY}"}}')
+    )
+    spec, env = loopback_judge(chat_server, tmp_path)
+    env |= {"HF_TOKEN": ENV_TOKEN, "WANDB_MODE": "offline"}
+    logger = tmp_path / "logger.yaml"
+    logger.write_text(
+        "trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.WandbLogger\n"
+        f"    init_args: {{offline: true, project: p, save_dir: {tmp_path / 'run'}}}\n"
+        f"    dict_kwargs:\n      config: {json.dumps({'service': FIELD_SECRETS})}\n"
+    )
+    pasted = {"class_path": "openai_chat", "init_args": spec["init_args"] | {"api_key_env": PASTED_KEY}}
+    flags = ("--config", str(logger))
+    runs = {  # name -> (command, exit status)
+        "judged": (validate_command(tmp_path / "run", {"LLM": spec}, flags=flags), 0),
+        "print_config": (validate_command(tmp_path / "p", {"LLM": spec}, flags=(*flags, "--print_config")), 0),
+        "pasted key": (validate_command(tmp_path / "k", {"LLM": pasted}, flags=flags), 1),
+        "traceback": (validate_command(tmp_path / "t", {"LLM": spec}, flags=(*flags, "--data.limit=0", "--debug")), 1),
+    }
+    outputs = {}
+    for name, (command, status) in runs.items():
+        done = subprocess.run(
+            command, cwd=tmp_path, env=run_environment(env), timeout=600, capture_output=True, text=True
+        )
+        assert done.returncode == status, (name, done.stderr[-3000:])
+        outputs[name] = done.stdout + done.stderr
+    assert (
+        "sk-pasted" not in outputs["pasted key"]
+        and "api_key_env names the environment variable" in outputs["pasted key"]
+    )
+    assert "Traceback" in outputs["traceback"] and "<redacted>" in outputs["print_config"]
+    assert "failed: AuthenticationError" in outputs["judged"]  # the echoed error was logged, masked
+    written = [path for path in tmp_path.rglob("*") if path.is_file() and path.name != "logger.yaml"]
+    assert list((tmp_path / "run").rglob("*.wandb")) and (tmp_path / "cache" / "verdicts.sqlite") in written
+    texts = {str(path): path.read_bytes().decode("latin-1") for path in written} | outputs
+    for secret in [KEY, PASTED_KEY, ENV_TOKEN, *FIELD_SECRETS.values()]:
+        assert not [name for name, text in texts.items() if secret in text], secret

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from lightning_edit.errors import ConfigError
 from lightning_edit.judges import ExactMatchJudge, JudgeInput, LocalLMJudge, SymbolicMathJudge, build_judge, local_lm
 from lightning_edit.judges.llm import TEMPLATES, load_template, parse_verdict, render
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
@@ -123,10 +124,12 @@ def test_configs_name_judges_by_short_name_or_class_path():
     assert isinstance(judge, SymbolicMathJudge) and judge.rel_tol == 0.01
     with pytest.raises(ValueError, match="unknown judge"):
         build_judge("llm")
-    with pytest.raises(TypeError, match="not a Judge"):
+    with pytest.raises(ConfigError, match="not a Judge"):
         build_judge("lightning_edit.judges.kind.Generation")
-    with pytest.raises(ValueError, match="init_args"):
+    with pytest.raises(ConfigError, match="init_args"):
         build_judge({"class_path": "exact_match", "args": {}})
+    with pytest.raises(ConfigError, match="judge symbolic_math: unknown argument 'tol'; it takes"):
+        build_judge({"class_path": "symbolic_math", "init_args": {"tol": 0.1}})
 
 
 def test_exact_match_uses_squad_normalisation_and_several_references():
