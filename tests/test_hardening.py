@@ -7,7 +7,9 @@ fails until it is there.
 
 import importlib
 import inspect
+import io
 import json
+import logging
 import os
 import pkgutil
 import re
@@ -26,7 +28,16 @@ from lightning_edit.cli import build_cli, main
 from lightning_edit.data.base import DataFormatError, EditDataModule, read_records
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.mend import MENDCheckpointError
-from lightning_edit.errors import REDACTED, ConfigError, UserError, argv_secrets, redact_text, user_error
+from lightning_edit.errors import (
+    REDACTED,
+    ConfigError,
+    UserError,
+    add_secrets,
+    argv_secrets,
+    mask_output,
+    redact_text,
+    user_error,
+)
 from lightning_edit.models.loading import ModelNotFoundError
 from lightning_edit.resources import resolve_path
 
@@ -551,6 +562,19 @@ def test_secrets_are_masked_in_messages(tmp_path):
     secrets = argv_secrets(["--config", str(config), "--model.api_key", "sk-flag456", '--x={"password": "hunter22"}'])
     assert secrets == {"sk-file123", "sk-flag456", "hunter22"}
     assert redact_text("a sk-file123 b hunter22", secrets) == f"a {REDACTED} b {REDACTED}"
+
+
+def test_a_known_secret_is_masked_in_log_records_and_printed_text(capsys):
+    """A handler made before the masking starts (as libraries make theirs at import) masks its records too."""
+    stream = io.StringIO()
+    logger = logging.getLogger("lightning_edit.tests.masking")
+    logger.addHandler(logging.StreamHandler(stream))
+    add_secrets(["sk-logged-51c0e2"])
+    mask_output()
+    logger.warning("the endpoint said: bad key %s", "sk-logged-51c0e2")
+    print("echo sk-logged-51c0e2")
+    assert stream.getvalue() == f"the endpoint said: bad key {REDACTED}\n"
+    assert capsys.readouterr().out == f"echo {REDACTED}\n"
 
 
 # Deviations from the reference code, fixed --------------------------------------------------------------------------

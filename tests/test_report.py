@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightning_edit.cli import build_cli
-from lightning_edit.errors import REDACTED, redact
+from lightning_edit.errors import REDACTED, redact, secret_values
 from lightning_edit.judges.agreement import agreement_table
 from lightning_edit.metrics.prompt_mean import aggregate
 from lightning_edit.results import write_results
@@ -30,6 +30,22 @@ def test_secret_values_are_redacted_at_any_depth():
     assert cleaned["model"]["init_args"]["judge"] == {"api_key": REDACTED, "api_key_env": "OPENAI_API_KEY"}
     assert cleaned["trainer"]["logger"][0]["init_args"] == {"password": REDACTED, "project": "edit"}
     assert "sk-123" not in json.dumps(cleaned)
+
+
+SECRET_FIELDS = ("token", "hf_token", "private_key", "credentials", "password", "secret", "client_secret", "API_KEY")
+#: fields that end like a secret's but are settings of the editors, benchmarks and tokenizers
+TEXT_TOKEN_FIELDS = {"fact_token": "subject_last", "new_tokens_per_answer_token": 3, "eos_token": "</s>"}
+
+
+def test_every_secret_shaped_field_is_redacted_and_text_tokens_are_not():
+    fields = {name: f"value-of-{name}" for name in SECRET_FIELDS}
+    config = {"a": {"b": [fields | TEXT_TOKEN_FIELDS]}, "max_new_tokens": 8, "key": "verdict"}
+    config["judge"] = {"api_key_env": "sk-pasted-here-123", "other_env": "MY_KEY"}  # a key pasted for a variable
+    cleaned = redact(config)
+    assert cleaned["a"]["b"][0] == dict.fromkeys(SECRET_FIELDS, REDACTED) | TEXT_TOKEN_FIELDS
+    assert cleaned["judge"] == {"api_key_env": REDACTED, "other_env": "MY_KEY"}
+    assert (cleaned["max_new_tokens"], cleaned["key"]) == (8, "verdict")
+    assert secret_values(config) == set(fields.values()) | {"sk-pasted-here-123"}
 
 
 def test_sequential_run_logs_metrics_table_and_plot_to_offline_wandb(tmp_path, monkeypatch):
