@@ -38,6 +38,7 @@ METHODS = {
     "WISE": ("wise", True, []),
     "RECT": ("rect", True, []),
     "PROMPT": ("prompt", False, []),
+    "IKE": ("ike", False, []),  # give its pool: --flags --model.in_context.pool <file>
 }
 METRICS = {"counterfact": ("ES", "PS", "NS"), "zsre": ("rewrite_acc", "rephrase_acc", "locality_acc")}
 
