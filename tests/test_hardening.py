@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 import lightning_edit.data
 import lightning_edit.editors
@@ -443,6 +444,27 @@ def test_pickled_weights_are_refused_in_one_line(name, tmp_path):
     found = str(user_error(error.value))
     assert found.startswith(f"{path}: refused: ") and "pickled" in found and "accepted: " in found, found
     assert "\n" not in found and "weights_only" not in found and not (tmp_path / "payload ran").exists()
+
+
+@pytest.mark.parametrize(
+    "name, flags, message",
+    [
+        ("LoRA", ["--model.adapter_path={missing}"], "model.adapter_path={missing}: no adapter"),
+        ("LoRA", ["--model.adapter_path={empty}"], "model.adapter_path={empty}: no adapter"),
+        ("GRACE", ["--model.sites.grace_layer=0", "--model.codebook_path={missing}"], "codebook_path: no codebook"),
+        ("GRACE", ["--model.sites.grace_layer=0", "--model.codebook_path={foreign}"], "is not a GRACE codebook"),
+    ],
+    ids=["LoRA missing", "LoRA empty folder", "GRACE missing", "GRACE foreign"],
+)
+def test_a_missing_or_foreign_adapter_or_codebook_is_one_line(name, flags, message, tmp_path):
+    (tmp_path / "empty").mkdir()
+    save_file({"weight": torch.zeros(2)}, tmp_path / "foreign.safetensors")
+    places = {place: tmp_path / f"{place}.safetensors" if place == "foreign" else tmp_path / place
+              for place in ("missing", "empty", "foreign")}  # fmt: skip
+    with pytest.raises(Exception) as error:
+        construct(name, *(flag.format(**places) for flag in flags))
+    found = user_error(error.value)
+    assert found is not None and message.format(**places) in str(found) and "\n" not in str(found), error.value
 
 
 def test_over_long_prompt_is_named_before_any_edit(tmp_path, capsys, monkeypatch):

@@ -32,7 +32,7 @@ from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.models.hooks import Trace
-from lightning_edit.models.loading import ModelLoadError, ModelSource
+from lightning_edit.models.loading import ModelLoadError, ModelNotFoundError, ModelSource
 from lightning_edit.models.registry import ModelArchitecture, resolve_architecture
 from lightning_edit.models.tokenization import encode_prompt_target
 
@@ -321,6 +321,11 @@ class GRACE(EditorModule):
         to this model's wrapped module."""
         path = Path(path)
         path = path / CODEBOOK_FILE if path.is_dir() else path
+        if not path.is_file():
+            raise ModelNotFoundError(
+                f"model.codebook_path: no codebook at {path}: give the {CODEBOOK_FILE} (or its folder) that "
+                "lightning-edit fit wrote"
+            )
         try:
             with safe_open(str(path), framework="pt") as file:
                 meta = json.loads((file.metadata() or {}).get("grace", "{}"))
@@ -331,12 +336,12 @@ class GRACE(EditorModule):
                 "lightning-edit fit (a pickled codebook is never loaded: unpickling could run code)"
             ) from error
         if meta.get("format") != CODEBOOK_FORMAT:
-            raise ValueError(f"{path} is not a GRACE codebook (no {CODEBOOK_FORMAT!r} metadata)")
+            raise ModelLoadError(f"{path} is not a GRACE codebook (no {CODEBOOK_FORMAT!r} metadata)")
         d_in, d_out = self.site.sizes()
         ours = {"model_type": self.arch.family, "module": self.module_name, "d_in": d_in, "d_out": d_out}
         differences = [f"{key} {meta[key]!r} != {value!r}" for key, value in ours.items() if meta[key] != value]
         if differences:
-            raise ValueError(f"{path}: the codebook does not fit this model: {'; '.join(differences)}")
+            raise ModelLoadError(f"{path}: the codebook does not fit this model: {'; '.join(differences)}")
         adapter = self.install_adapter()
         adapter.load(tensors, meta["labels"])
         rank_zero_info(f"GRACE: {len(adapter)} codebook entries loaded from {path}")

@@ -25,7 +25,7 @@ from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.finetune import check_training, fine_tune
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.errors import refused_weights
-from lightning_edit.models.loading import ModelLoadError, ModelSource
+from lightning_edit.models.loading import ModelLoadError, ModelNotFoundError, ModelSource
 from lightning_edit.models.registry import ModuleRole, resolve_architecture
 from lightning_edit.models.saving import save_edited_model, write_edits_record
 from lightning_edit.models.snapshot import WeightSnapshot
@@ -156,9 +156,13 @@ class LoRA(EditorModule):
     def load_adapter(self, path: str) -> None:
         """Apply the adapters ``fit`` exported to ``path`` (a subdirectory per adapter, as peft saves them), frozen; a
         pickled ``adapter_model.bin`` that holds more than tensors is refused (:class:`ModelLoadError`)."""
-        directories = [d for d in Path(path).iterdir() if (d / "adapter_config.json").is_file()]
+        folder = Path(path)
+        directories = [d for d in folder.iterdir() if (d / "adapter_config.json").is_file()] if folder.is_dir() else []
         if not directories:
-            raise FileNotFoundError(f"no adapter (<name>/adapter_config.json) under {path}: export one with fit")
+            raise ModelNotFoundError(
+                f"model.adapter_path={path}: no adapter (<name>/adapter_config.json) in it: give the folder that "
+                "lightning-edit fit exported (its edit_<n> folders)"
+            )
         for directory in sorted(directories, key=lambda d: int(d.name.rpartition("_")[2])):  # edit_0, edit_1, ...
             try:
                 if self._peft is None:
