@@ -1,7 +1,6 @@
-"""Batched, padding-invariant scoring of prompts: target likelihoods, token accuracy, options, generation."""
+"""Batched, padding-invariant scoring of prompts: target likelihoods, token accuracy, generation."""
 
 from lightning_edit.scoring.generation import cut_at_stop, generate
-from lightning_edit.scoring.options import option_distribution, option_token_ids
 from lightning_edit.scoring.targets import TargetScore, agreement, prefers, score_targets
 
 __all__ = [
@@ -9,8 +8,6 @@ __all__ = [
     "agreement",
     "cut_at_stop",
     "generate",
-    "option_distribution",
-    "option_token_ids",
     "prefers",
     "score_targets",
 ]

@@ -1,28 +1,31 @@
 import pytest
 import torch
 
-from lightning_edit.scoring import cut_at_stop, generate, option_distribution, option_token_ids
+from lightning_edit.scoring import cut_at_stop, generate
+from lightning_edit.scoring.multiple_choice import LETTERS, Choices, letter_token_ids, run_choices
 
 PROMPTS = ["Question: where is Paris? Answer:", "The capital of France is", "A"]
 
 
-@pytest.mark.parametrize("padding_side", ["right", "left"])
-def test_option_distribution_batched_equals_alone(tiny_lm, padding_side):
+@pytest.mark.parametrize("convention", ["letter", "cloze"])
+def test_choices_batched_equal_alone_and_sum_to_one(tiny_lm, convention):
     model, tokenizer = tiny_lm
-    alone = torch.cat([option_distribution(model, tokenizer, [p]) for p in PROMPTS])
-    batched = option_distribution(model, tokenizer, PROMPTS, batch_size=2, padding_side=padding_side)
-    assert batched.shape == (3, 5)
-    assert torch.allclose(batched.sum(-1), torch.ones(3))
-    assert torch.allclose(alone, batched, atol=1e-5, rtol=0)
+    requests = [Choices(prompt, LETTERS, convention) for prompt in PROMPTS]
+    alone = [run_choices(model, tokenizer, [request], batch_size=1)[0] for request in requests]
+    batched = run_choices(model, tokenizer, requests, batch_size=2)
+    batched, alone = torch.tensor(batched, dtype=torch.double), torch.tensor(alone, dtype=torch.double)
+    assert torch.allclose(batched, alone, atol=1e-5, rtol=0)
+    assert torch.allclose(batched.sum(-1), torch.ones(3, dtype=torch.double))
 
 
-def test_option_distribution_is_the_softmax_over_option_logits(tiny_lm):
+def test_letter_choices_are_the_softmax_over_the_letter_logits(tiny_lm):
     model, tokenizer = tiny_lm
-    ids = option_token_ids(tokenizer, PROMPTS[0], ("A", "B", "C", "D", "E"))
+    ids = letter_token_ids(tokenizer, PROMPTS[0])
     with torch.no_grad():
         logits = model(torch.tensor([tokenizer(PROMPTS[0])["input_ids"]])).logits[0, -1]
-    expected = torch.softmax(logits[ids], -1)
-    assert torch.allclose(option_distribution(model, tokenizer, PROMPTS[:1])[0], expected, atol=1e-6)
+    expected = torch.softmax(logits[ids], -1).double()
+    [found] = run_choices(model, tokenizer, [Choices(PROMPTS[0], LETTERS, "letter")], batch_size=1)
+    assert torch.allclose(torch.tensor(found, dtype=torch.double), expected, atol=1e-6)
 
 
 def test_greedy_generation_batched_equals_alone_and_respects_budget(tiny_lm):
