@@ -38,6 +38,8 @@ from lightning_edit.scoring.generation import generate
 
 FactToken = Literal["subject_last", "subject_first", "last"]
 FACT_TOKENS: tuple[str, ...] = ("subject_last", "subject_first", "last")
+#: where keys are read and δ injected unless an editor is told otherwise: every reference config's choice
+DEFAULT_FACT_TOKEN: FactToken = "subject_last"
 
 #: ROME's template lengths: 10 samples of 5 tokens and 10 of 10 tokens (prompt included) -> 21 templates.
 ROME_TEMPLATE_LENGTHS: tuple[tuple[int, int], ...] = ((5, 10), (10, 10))
@@ -234,7 +236,7 @@ def bare_and_prefixed(templates: Sequence[str]) -> list[list[str]]:
 
 
 def fact_token_index(
-    tokenizer: PreTrainedTokenizerBase, template: str, subject: str, strategy: FactToken = "subject_last"
+    tokenizer: PreTrainedTokenizerBase, template: str, subject: str, strategy: FactToken = DEFAULT_FACT_TOKEN
 ) -> int:
     """Position, in ``encode_prompt(template with subject)``, of the token where keys are read and δ injected.
 
@@ -262,7 +264,7 @@ def fill(template: str, request: EditRequest) -> str:
 
 
 def encode_fact_prompt(
-    tokenizer: PreTrainedTokenizerBase, template: str, subject: str, strategy: FactToken = "subject_last"
+    tokenizer: PreTrainedTokenizerBase, template: str, subject: str, strategy: FactToken = DEFAULT_FACT_TOKEN
 ) -> tuple[str, list[int], int]:
     """``(text, ids, fact index)`` of ``template`` (with ``{}``) filled with ``subject``; ids = encode_prompt(text)."""
     text = template.replace("{}", subject, 1)
@@ -285,7 +287,7 @@ def fact_token_activations(
     module: str,
     layer: int | None,
     templates: Templates = ("{}",),
-    strategy: FactToken = "subject_last",
+    strategy: FactToken = DEFAULT_FACT_TOKEN,
     read: Literal["input", "output"] = "output",
     batch_size: int | None = None,
     owners: Sequence[int] | None = None,
@@ -349,7 +351,7 @@ def compute_keys(
     requests: Sequence[EditRequest],
     layer: int,
     templates: Templates,
-    strategy: FactToken = "subject_last",
+    strategy: FactToken = DEFAULT_FACT_TOKEN,
     batch_size: int | None = None,
     owners: Sequence[int] | None = None,
 ) -> Tensor:

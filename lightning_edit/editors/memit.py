@@ -17,6 +17,7 @@ from torch import Tensor
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.locate import (
+    DEFAULT_FACT_TOKEN,
     MEMIT_TEMPLATE_LENGTHS,
     WORD_SEED_PROMPTS,
     ContextTemplateCache,
@@ -52,7 +53,7 @@ class MEMIT(EditorModule):
         self,
         lm: ModelSource,
         sites: EditSites | None = None,
-        fact_token: FactToken = "subject_last",
+        fact_token: FactToken = DEFAULT_FACT_TOKEN,
         stats: KeyStatistics | None = None,
         target: TargetOptimization | None = None,
         template_lengths: list[tuple[int, int]] | None = None,

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors.base import EditorModule, require
-from lightning_edit.editors.locate import EditSites, FactToken
+from lightning_edit.editors.locate import DEFAULT_FACT_TOKEN, EditSites, FactToken
 from lightning_edit.editors.memit import MEMIT
 from lightning_edit.editors.rome import ROME
 from lightning_edit.editors.target_vector import TargetOptimization
@@ -68,7 +68,7 @@ class RECT(EditorModule):
         base: Literal["rome", "memit"] = "rome",
         keep_fraction: float = 0.2,
         sites: EditSites | None = None,
-        fact_token: FactToken = "subject_last",
+        fact_token: FactToken = DEFAULT_FACT_TOKEN,
         mom2_adjustment: bool | None = None,
         key: Literal["original", "prompt", "prefix"] | None = None,
         stats: KeyStatistics | None = None,

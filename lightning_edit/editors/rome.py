@@ -21,6 +21,7 @@ import torch
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.locate import (
+    DEFAULT_FACT_TOKEN,
     ROME_TEMPLATE_LENGTHS,
     ContextTemplateCache,
     EditSites,
@@ -55,7 +56,7 @@ class ROME(EditorModule):
         self,
         lm: ModelSource,
         sites: EditSites | None = None,
-        fact_token: FactToken = "subject_last",
+        fact_token: FactToken = DEFAULT_FACT_TOKEN,
         mom2_adjustment: bool = True,
         key: Literal["original", "prompt", "prefix"] = "original",
         stats: KeyStatistics | None = None,

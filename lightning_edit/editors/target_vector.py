@@ -28,7 +28,14 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.data.schema import EditRequest
-from lightning_edit.editors.locate import FactToken, Templates, encode_fact_prompt, fill, template_groups
+from lightning_edit.editors.locate import (
+    DEFAULT_FACT_TOKEN,
+    FactToken,
+    Templates,
+    encode_fact_prompt,
+    fill,
+    template_groups,
+)
 from lightning_edit.models.hooks import PrefixReuse, Trace
 from lightning_edit.models.registry import ModelArchitecture, resolve_architecture
 from lightning_edit.models.tokenization import encode_prompt_target, pad
@@ -210,7 +217,7 @@ def optimize_target_vectors(
     module: str,
     templates: Templates,
     config: TargetOptimization | None = None,
-    fact_token: FactToken = "subject_last",
+    fact_token: FactToken = DEFAULT_FACT_TOKEN,
 ) -> TargetVectors:
     """Optimise one δ per request at the output of ``module`` (registry template) at ``layer``.
 
