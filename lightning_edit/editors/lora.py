@@ -31,7 +31,7 @@ from lightning_edit.models.saving import save_edited_model, write_edits_record
 from lightning_edit.models.snapshot import WeightSnapshot
 
 
-class AdapterUndo:
+class LoraUndo:
     """Removes the adapters added after it was made; the model is then the one it was made on, bit-identically."""
 
     names: list[str] = []  # no existing parameter changes
@@ -179,8 +179,8 @@ class LoRA(EditorModule):
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
         return []  # the base weights never change
 
-    def prepare_undo(self, requests: list[EditRequest]) -> AdapterUndo:
-        return AdapterUndo(self)
+    def prepare_undo(self, requests: list[EditRequest]) -> LoraUndo:
+        return LoraUndo(self)
 
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """Train an adapter on the requests: the existing one (``one``) or a new one (``per_edit``)."""
