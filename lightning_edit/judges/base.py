@@ -155,13 +155,16 @@ class Judge:
         unique = list(dict.fromkeys(items))
         cache = self._verdict_cache()
         identity = self.identity() if cache is not None else ""
-        found = (
+        rows = (
             cache.get_many(identity, [item.key() for item in unique], SCORES[self.scale]) if cache is not None else {}
         )
+        found = {key: Verdict(*row, cached=True) for key, row in rows.items()}
         todo = [item for item in unique if item.key() not in found]
         fresh = dict(zip(todo, self.evaluate(todo))) if todo else {}
         if cache is not None:
-            cache.put_many(identity, {item.key(): v for item, v in fresh.items() if not v.failed})
+            cache.put_many(
+                identity, {item.key(): (v.score, v.reason, v.raw) for item, v in fresh.items() if not v.failed}
+            )
         verdicts = {item: fresh.get(item) or found[item.key()] for item in unique}
         for item, verdict in verdicts.items():
             self.stats.verdicts += 1

@@ -20,12 +20,11 @@ import sqlite3
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lightning_edit.errors import ConfigError, mask
 
-if TYPE_CHECKING:
-    from lightning_edit.judges.base import Verdict
+#: a cached verdict: (score, or None if missing; reason; the judge's raw output)
+Row = tuple[float | None, str, str]
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +62,18 @@ class VerdictCache:
         finally:
             connection.close()
 
-    def get_many(self, judge: str, items: list[str], scores: Collection[float]) -> dict[str, Verdict]:
-        """The cached verdicts of ``items`` (those not cached are absent), marked ``cached``; a verdict whose score is
-        neither missing (None) nor one of ``scores`` (the judge's scale) is absent too, with a warning."""
-        from lightning_edit.judges.base import Verdict
-
-        found: dict[str, Verdict] = {}
+    def get_many(self, judge: str, items: list[str], scores: Collection[float]) -> dict[str, Row]:
+        """The cached verdicts of ``items`` (those not cached are absent); a verdict whose score is neither missing
+        (None) nor one of ``scores`` (the judge's scale) is absent too, with a warning."""
+        found: dict[str, Row] = {}
         with self._connect() as connection:
             for start in range(0, len(items), 500):
                 chunk = items[start : start + 500]
                 marks = ",".join("?" * len(chunk))
                 query = f"SELECT item, score, reason, raw FROM verdicts WHERE judge = ? AND item IN ({marks})"
                 rows = connection.execute(query, [judge, *chunk])
-                found.update({item: Verdict(score, reason, raw, cached=True) for item, score, reason, raw in rows})
-        off_scale = sorted({repr(v.score) for v in found.values() if v.score is not None and v.score not in scores})
+                found.update({item: (score, reason, raw) for item, score, reason, raw in rows})
+        off_scale = sorted({repr(row[0]) for row in found.values() if row[0] is not None and row[0] not in scores})
         if off_scale:
             log.warning(
                 "%s: cached scores %s are off the judge's scale %s; asking the judge again",
@@ -84,14 +81,14 @@ class VerdictCache:
                 ", ".join(off_scale),
                 sorted(scores),
             )
-        return {item: v for item, v in found.items() if v.score is None or v.score in scores}
+        return {item: row for item, row in found.items() if row[0] is None or row[0] in scores}
 
-    def put_many(self, judge: str, verdicts: dict[str, Verdict]) -> None:
-        """Store ``verdicts`` (item key -> verdict) of ``judge``, every secret in their text masked."""
+    def put_many(self, judge: str, verdicts: dict[str, Row]) -> None:
+        """Store ``verdicts`` (item key -> row) of ``judge``, every secret in their text masked."""
         if not verdicts:
             return
         with self._connect() as connection:
             connection.executemany(
                 "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?)",
-                [(judge, item, v.score, mask(v.reason), mask(v.raw)) for item, v in verdicts.items()],
+                [(judge, item, score, mask(reason), mask(raw)) for item, (score, reason, raw) in verdicts.items()],
             )
