@@ -48,8 +48,8 @@ class Generation:
         top_k: top-k of sampling.
         temperature: temperature of sampling.
         stop: the answer ends before the first of these.
-        per_expected_token: ``max_new_tokens`` counts per token of the expected answer (``len(tokenizer.encode
-            (expected))`` new tokens each; DMLE's ``rule_edit`` generation: 3 per token).
+        per_expected_token: ``max_new_tokens`` counts per token of the expected answer (:func:`answer_budget`;
+            DMLE's ``rule_edit`` generation: 3 per token).
     """
 
     max_new_tokens: int = 64
@@ -64,7 +64,7 @@ class Generation:
 class Generate(Request):
     """A continuation of ``prompt`` (greedy unless ``do_sample``), cut before the first stop string -> str.
 
-    With ``per_token_of``, the budget is ``max_new_tokens`` per token of that text (``len(tokenizer.encode(text))``).
+    With ``per_token_of``, the budget is ``max_new_tokens`` per token of that text (:func:`answer_budget`).
     """
 
     prompt: str
@@ -88,11 +88,19 @@ class Judged(Request):
     context: tuple[tuple[str, str], ...] = ()
 
 
+def answer_budget(tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, per_token_of: str | None) -> int:
+    """The new tokens an answer may take: ``max_new_tokens``, or that many per token of ``per_token_of``, counted
+    without the special tokens a tokenizer adds (LLaMA's BOS), as DMLE's reference code counts the answer's tokens."""
+    if per_token_of is None:
+        return max_new_tokens
+    return max_new_tokens * len(tokenizer.encode(per_token_of, add_special_tokens=False))
+
+
 def _run_generate(model, tokenizer, requests: list[Generate], batch_size: int) -> list[str]:
     texts: dict[Generate, str] = {}
     calls: dict[tuple, list[Generate]] = {}
     for r in requests:
-        budget = r.max_new_tokens * (len(tokenizer.encode(r.per_token_of)) if r.per_token_of is not None else 1)
+        budget = answer_budget(tokenizer, r.max_new_tokens, r.per_token_of)
         calls.setdefault((budget, r.do_sample, r.top_k, r.temperature, r.seed, r.stop), []).append(r)
     for (max_new_tokens, do_sample, top_k, temperature, seed, stop), group in calls.items():
         outputs = generate(
@@ -159,7 +167,7 @@ class JudgedKind(ScoreKind):
     def check(self, item: PromptItem, tokenizer: PreTrainedTokenizerBase, positions: int | None) -> None:
         """The prompt and the answer's whole budget must fit in the model's positions."""
         g = self.generation
-        budget = g.max_new_tokens * (len(tokenizer.encode(item.expected)) if g.per_expected_token else 1)
+        budget = answer_budget(tokenizer, g.max_new_tokens, item.expected if g.per_expected_token else None)
         length = len(encode_prompt(tokenizer, item.prompt))
         if positions is not None and length + budget > positions:
             raise ValueError(

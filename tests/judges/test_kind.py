@@ -17,12 +17,16 @@ def item(expected: str, prompt: str = "Q:") -> PromptItem:
     return PromptItem(0, "group", 0, prompt, prompt, expected, None)
 
 
-def test_the_budget_is_counted_per_token_of_the_expected_answer(monkeypatch):
-    """DMLE's rule_edit length: 3 new tokens per token of ``tokenizer.encode(expected)``."""
+@pytest.mark.parametrize("model, bos", [("toy-gpt2", False), ("toy-llama", True)])
+def test_the_budget_is_counted_per_token_of_the_expected_answer(monkeypatch, model, bos):
+    """DMLE's rule_edit length: 3 new tokens per token of the expected answer, without the BOS token a LLaMA
+    tokenizer adds (the reference's ``tok.encode(answer, add_special_tokens=False)``)."""
     kind = register_judged_kind("test_per_token", "exact_match", Generation(3, stop=(), per_expected_token=True))
     (judged,) = kind.requests(item("P = 2 * (x + y)."), CONFIG)
     assert judged.generation.per_token_of == "P = 2 * (x + y)." and judged.generation.max_new_tokens == 3
-    tokenizer = AutoTokenizer.from_pretrained(resolve_path("builtin:models/toy-gpt2"))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_path(f"builtin:models/{model}"))
+    answer_tokens = len(tokenizer.encode("P = 2 * (x + y).", add_special_tokens=False))
+    assert len(tokenizer.encode("P = 2 * (x + y).")) == answer_tokens + bos
     budgets = []
 
     def fake_generate(model, tokenizer, prompts, max_new_tokens, **options):
@@ -32,7 +36,7 @@ def test_the_budget_is_counted_per_token_of_the_expected_answer(monkeypatch):
     monkeypatch.setattr("lightning_edit.judges.kind.generate", fake_generate)
     requests = [judged.generation, Generate("Q:", 5)]
     assert scoring_kinds.run_requests(None, tokenizer, requests, 4) == {r: "x" for r in requests}
-    assert sorted(budgets) == sorted([3 * len(tokenizer.encode("P = 2 * (x + y).")), 5])
+    assert sorted(budgets) == sorted([3 * answer_tokens, 5])
     assert "per token of the expected answer" in kind.convention
 
 
@@ -52,7 +56,7 @@ def test_a_prompt_whose_answer_budget_overflows_the_positions_is_refused_before_
     kind = register_judged_kind("test_budget", "exact_match", Generation(3, stop=(), per_expected_token=True))
     tokenizer = AutoTokenizer.from_pretrained(resolve_path("builtin:models/toy-gpt2"))
     prompt = item("P = 2 * (x + y).", "The perimeter of a rectangle is")
-    needed = len(tokenizer.encode(prompt.prompt)) + 3 * len(tokenizer.encode(prompt.expected))
+    needed = len(tokenizer.encode(prompt.prompt)) + 3 * len(tokenizer.encode(prompt.expected, add_special_tokens=False))
     kind.check(prompt, tokenizer, needed)  # fits exactly
     kind.check(prompt, tokenizer, None)  # a model without a position limit
     with pytest.raises(
