@@ -40,7 +40,10 @@ METHODS = {
     "PROMPT": ("prompt", False, []),
     "IKE": ("ike", False, []),  # give its pool: --flags --model.in_context.pool <file>
 }
-METRICS = {"counterfact": ("ES", "PS", "NS"), "zsre": ("rewrite_acc", "rephrase_acc", "locality_acc")}
+METRICS = {
+    "counterfact": ("ES", "PS", "NS", "rewrite_acc", "rephrase_acc", "locality_acc"),  # ROME's and EasyEdit's
+    "zsre": ("rewrite_acc", "rephrase_acc", "locality_acc"),
+}
 
 
 def command(method: str, preset: str, benchmark: str, directory: Path, flags: list[str], protocol: str) -> list[str]:
@@ -98,9 +101,9 @@ def main() -> None:
         values = {name: results["metrics"][name]["macro"] for name in metrics}
         rows.append({"method": method, **values, "s_per_edit": seconds / args.limit, "peak_gib": memory})
         print(json.dumps(rows[-1]), flush=True)
-    print(f"\n| method | {' / '.join(metrics)} | s/edit | peak memory |\n|---|---|---|---|")
+    print(f"\n| method | {' | '.join(metrics)} | s/edit | peak memory |\n|{'---|' * (len(metrics) + 3)}")
     for row in rows:
-        values = " / ".join(f"{row[name]:.2f}" for name in metrics)
+        values = " | ".join(f"{row[name]:.2f}" for name in metrics)
         print(f"| {row['method']} | {values} | {row['s_per_edit']:.1f} | {row['peak_gib']:.1f} GiB |")
     (root / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
 
