@@ -122,17 +122,21 @@ class OpenAIChatJudge(LLMJudge):
         ends with the process): within a fraction of a second, every conversation without a reply is a failed one."""
         self.client()  # a missing key is an error here, before any request
         replies: list[tuple[str | None, str] | None] = [None] * len(conversations)
+        errors: list[BaseException] = []  # a bug in a thread, raised here rather than lost with the thread
         waiting: queue.SimpleQueue[int] = queue.SimpleQueue()
         for index in range(len(conversations)):
             waiting.put(index)
 
         def work() -> None:
-            while stop_requested() is None:
-                try:
-                    index = waiting.get_nowait()
-                except queue.Empty:
-                    return
-                replies[index] = self._ask(conversations[index])
+            try:
+                while stop_requested() is None:
+                    try:
+                        index = waiting.get_nowait()
+                    except queue.Empty:
+                        return
+                    replies[index] = self._ask(conversations[index])
+            except BaseException as error:
+                errors.append(error)
 
         workers = [threading.Thread(target=work, daemon=True) for _ in range(min(self.concurrency, len(conversations)))]
         for worker in workers:
@@ -140,5 +144,7 @@ class OpenAIChatJudge(LLMJudge):
         for worker in workers:
             while worker.is_alive() and stop_requested() is None:
                 worker.join(0.1)
+        if errors:
+            raise errors[0]
         stopped = (None, "the run was asked to stop before the judge answered")
         return [reply or stopped for reply in replies]

@@ -116,3 +116,15 @@ def test_a_missing_key_is_an_error_before_any_request(chat_server, tmp_path, mon
     with pytest.raises(ValueError, match="JUDGE_TEST_KEY"):
         make_judge(chat_server, tmp_path).judge([ITEM])
     assert chat_server.calls == 0
+
+
+def test_an_unexpected_error_in_a_request_thread_is_raised_not_lost(chat_server, tmp_path, monkeypatch):
+    """Only the client's documented failures are missing verdicts; anything else is a bug, raised in the caller."""
+    judge = make_judge(chat_server, tmp_path)
+
+    def broken(messages):
+        raise RuntimeError("a bug in the request code")
+
+    monkeypatch.setattr(judge, "_ask", broken)
+    with pytest.raises(RuntimeError, match="a bug in the request code"):
+        judge.judge([ITEM])
