@@ -72,6 +72,13 @@ class Interrupted(UserError):
         self.signum, self.exit_code = signum, 128 + signum
 
 
+def require(valid: bool, setting: str, value: Any, meaning: str) -> None:
+    """One line, ``<setting>=<value>: <meaning>`` (a :class:`ConfigError`), unless ``valid``: how editors and judges
+    check their settings when they are made."""
+    if not valid:
+        raise ConfigError(f"{setting}={value!r}: {meaning}")
+
+
 #: the weight files lightning-edit loads (models, LoRA adapters)
 WEIGHT_FILES = "safetensors, or a torch file of plain tensors (a dict of tensors)"
 

@@ -62,6 +62,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from lightning_edit import errors
 from lightning_edit.data.base import case_error, loader_cases
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContext, InContextPrompts
@@ -90,10 +91,9 @@ class Undo(Protocol):
 
 
 def require(valid: bool, setting: str, value: Any, meaning: str) -> None:
-    """One line, ``model.<setting>=<value>: <meaning>``, unless ``valid``: editors check their settings with it before
-    they load the model."""
-    if not valid:
-        raise ConfigError(f"model.{setting}={value!r}: {meaning}")
+    """One line, ``model.<setting>=<value>: <meaning>`` (:func:`lightning_edit.errors.require`), unless ``valid``:
+    editors check their settings with it before they load the model."""
+    errors.require(valid, f"model.{setting}", value, meaning)
 
 
 def max_positions(model: nn.Module) -> int | None:

@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lightning_edit.errors import ConfigError
+from lightning_edit.errors import ConfigError, require
 from lightning_edit.judges.base import Judge, JudgeInput, Scale, Verdict
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
@@ -133,9 +133,8 @@ class LLMJudge(Judge):
         shipped_scale, shipped_key = TEMPLATES.get(template, (None, None))
         if (scale or shipped_scale) is None or (key or shipped_key) is None:
             raise ConfigError(f"template {template!r} is not shipped: give its scale and key")
-        if max_tokens < 1 or temperature < 0:
-            wrong = f"max_tokens={max_tokens}" if max_tokens < 1 else f"temperature={temperature}"
-            raise ConfigError(f"{wrong}: the reply needs at least 1 token, and a temperature is 0 (greedy) or more")
+        require(max_tokens >= 1, "max_tokens", max_tokens, "the reply's token budget, at least 1")
+        require(temperature >= 0, "temperature", temperature, "0 (greedy) or more")
         self.scale, self.key = scale or shipped_scale, (key or shipped_key).lower()
         self.max_tokens, self.temperature = max_tokens, temperature
         self.convention = (

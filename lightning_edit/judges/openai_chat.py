@@ -22,7 +22,7 @@ from typing import Any
 
 import openai
 
-from lightning_edit.errors import ConfigError, add_secrets, mask, secret_field, stop_requested
+from lightning_edit.errors import ConfigError, add_secrets, mask, require, secret_field, stop_requested
 from lightning_edit.judges.base import Scale
 from lightning_edit.judges.llm import LLMJudge
 
@@ -58,13 +58,9 @@ class OpenAIChatJudge(LLMJudge):
         cache_dir: str | None = None,
     ):
         super().__init__(template, scale, key, max_tokens, temperature, cache_dir)
-        for setting, value, valid, meaning in (
-            ("timeout", timeout, timeout > 0, "seconds per request, more than 0"),
-            ("max_retries", max_retries, max_retries >= 0, "retries of a failed request, 0 or more"),
-            ("concurrency", concurrency, concurrency >= 1, "requests in flight at most, 1 or more"),
-        ):
-            if not valid:
-                raise ConfigError(f"{setting}={value}: {meaning}")
+        require(timeout > 0, "timeout", timeout, "seconds per request, more than 0")
+        require(max_retries >= 0, "max_retries", max_retries, "retries of a failed request, 0 or more")
+        require(concurrency >= 1, "concurrency", concurrency, "requests in flight at most, 1 or more")
         if secret_field("api_key_env", api_key_env):
             raise ConfigError(
                 "api_key_env names the environment variable that holds the key, in capitals (OPENAI_API_KEY); the "
@@ -110,7 +106,7 @@ class OpenAIChatJudge(LLMJudge):
             reply = response.choices[0].message.content
             if not isinstance(reply, str):
                 raise TypeError("the response has no message content")
-            return mask(reply), ""
+            return reply, ""  # stored masked (VerdictCache.put_many)
         except (openai.OpenAIError, AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
             reason = f"{type(error).__name__}: {mask(str(error))[:200]}"  # an endpoint may echo the key
             log.warning("judge request to model %s failed: %s", self.model, reason)

@@ -172,3 +172,9 @@ def test_a_local_judge_scores_a_judged_kind_in_the_scorer(tmp_path):
     judge = report["judges"]["test_local_judge"]
     assert judge["verdicts"] == 2 and judge["class"] == "lightning_edit.judges.local_lm.LocalLMJudge"
     assert judge_report() == {}  # the counts start again
+
+
+@pytest.mark.parametrize("setting, value", [("max_tokens", 0), ("temperature", -0.5)])
+def test_an_llm_judge_setting_out_of_range_is_one_line(setting, value):
+    with pytest.raises(ConfigError, match=rf"judge local_lm: {setting}={value}: "):
+        build_judge({"class_path": "local_lm", "init_args": {"path": "builtin:models/toy-judge-gpt2", setting: value}})
