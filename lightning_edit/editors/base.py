@@ -19,8 +19,9 @@ the edited parameters; an editor that adds modules or adapters returns one that 
 Under every protocol, the requests of a case marked ``in_turn`` (RULE-EDIT's instance editing) are applied one editor
 call each, in order; other cases' requests go to the editor together.
 
-``edit_batch_size`` belongs to ``sequential`` (and ``fit``); under ``batch`` the number of cases edited together is
-``data.batch_size``, so any other ``edit_batch_size`` there (or under ``single``) is an error, not ignored.
+``edit_batch_size`` belongs to ``sequential`` (and ``fit``): under ``single`` each case is edited alone and under
+``batch`` the cases of one data batch together, so there it is ignored, with a logged note (a method config written
+for ``sequential`` composes with ``--model.protocol single``).
 
 ``fit`` applies every case of the benchmark (as the sequential protocol does, ``edit_batch_size`` per call) in
 ``on_fit_start``, exports the result (:meth:`export`: by default the edited model as safetensors with
@@ -58,6 +59,7 @@ from typing import Any, Literal, Protocol
 
 import torch
 from lightning import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -119,7 +121,8 @@ class EditorModule(LightningModule, ABC):
         lm: the causal language model to edit (path, dtype, ...).
         protocol: how edits meet evaluation: ``single`` (each case alone), ``batch`` (the cases of a dataloader
             batch together) or ``sequential`` (all cases cumulatively, then evaluate); see the module docstring.
-        edit_batch_size: cases applied per editor call under ``sequential`` and in ``fit`` (1 under the others).
+        edit_batch_size: cases applied per editor call under ``sequential`` and in ``fit`` (ignored, with a note,
+            under the others).
         eval_at: sequential protocol: also score the first n cases right after the n-th edit, for each n.
         scoring: how evaluation prompts are scored (batch size, chat template, generation settings).
         output_dir: where ``fit`` saves the edited model; default ``<log dir>/edited_model``.
@@ -397,15 +400,12 @@ class EditorModule(LightningModule, ABC):
                         f"does not declare (declared: {list(self.metric_kinds)})"
                     )
 
-    def _check_protocol(self) -> None:
+    def _note_ignored_settings(self) -> None:
         if self.protocol != "sequential" and self.edit_batch_size != 1:
-            together = {
-                "single": "each case is edited alone",
-                "batch": "the cases of one data batch (--data.batch_size) are edited together",
-            }
-            raise ConfigError(
-                f"edit_batch_size={self.edit_batch_size} is for protocol 'sequential' (and fit); under "
-                f"{self.protocol!r} {together[self.protocol]}: set edit_batch_size to 1"
+            together = {"single": "each case is edited alone", "batch": "a data batch is edited together"}
+            rank_zero_info(
+                f"edit_batch_size={self.edit_batch_size} is read by protocol 'sequential' and fit only; ignored "
+                f"under {self.protocol!r}, where {together[self.protocol]}"
             )
 
     def _check_batch_limit(self, loader: DataLoader) -> None:
@@ -419,7 +419,7 @@ class EditorModule(LightningModule, ABC):
             )
 
     def _start(self, loader: DataLoader) -> None:
-        self._check_protocol()
+        self._note_ignored_settings()
         self._check_batch_limit(loader)
         cases = loader_cases(loader)
         if self.in_context is not None:  # every case, so that a case the pool cannot serve stops every process

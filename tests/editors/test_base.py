@@ -1,6 +1,7 @@
 """The editor base class: protocols apply cases, score them, and restore the weights exactly; fit saves edits."""
 
 import json
+import logging
 from dataclasses import replace
 
 import pytest
@@ -155,11 +156,15 @@ def test_a_case_that_cannot_be_edited_fails_before_any_weight_changes():
 
 
 @pytest.mark.parametrize("protocol", ["single", "batch"])
-def test_edit_batch_size_outside_sequential_is_an_error(protocol):
+def test_edit_batch_size_outside_sequential_is_ignored_with_a_note(protocol, caplog):
+    """A sequential method config (AlphaEdit: edit_batch_size 100) composes with another protocol."""
+    expected = run(ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol=protocol), limit=4)
     editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol=protocol, edit_batch_size=4)
-    with pytest.raises(ValueError, match=f"edit_batch_size=4 is for protocol 'sequential'.*under '{protocol}'"):
-        run(editor)
-    assert editor.seen == []
+    with caplog.at_level(logging.INFO):
+        results = run(editor, limit=4)
+    assert results == expected
+    assert [len(subjects) for subjects in editor.seen] == ([1, 1, 1, 1] if protocol == "single" else [3, 1])
+    assert f"edit_batch_size=4 is read by protocol 'sequential' and fit only; ignored under '{protocol}'" in caplog.text
 
 
 def test_a_batch_limit_under_sequential_is_an_error():
