@@ -305,7 +305,7 @@ def test_site_outside_the_model_raises(method, tiny_model_dir, capsys):
 
 
 #: The fine-tuning editors and RECT (configs/methods/<name>.yaml): each takes from a preset what it accepts.
-OTHER_METHODS = {"ft": FT, "ft_l": FT, "ft_m": FT, "lora": LoRA, "rect": RECT}
+OTHER_METHODS = {"ft": FT, "ft_l": FT, "ft_m": FT, "lora": LoRA, "rect": ROME}
 
 
 @pytest.mark.parametrize("method", sorted(OTHER_METHODS))
@@ -331,3 +331,4 @@ def test_other_method_on_preset_architecture(method, preset, tiny_model_dir, cap
         assert all(editor.model.get_submodule(name) is not None for name in editor.module_names)
     else:
         assert editor.weight_name in parameters and editor.layer == editor.sites.rome_layer
+        assert isinstance(editor.update_filter, RECT)

@@ -305,9 +305,6 @@ EDITORS: dict[str, list[str] | None] = {
     "LoRA": ["--model.sites.lora_layers=[9]"],
     "GRACE": ["--model.sites.grace_layer=9"],
     "WISE": ["--model.sites.wise_layer=9"],
-    "RECT": ["--model.sites.rome_layer=9"],  # base: rome (the default)
-    "RECTOnROME": ["--model.sites.rome_layer=9"],
-    "RECTOnMEMIT": ["--model.sites.memit_layers=[0, 9]"],
 }
 
 
@@ -324,9 +321,8 @@ def run_main(capsys, *args: str) -> tuple[int, str]:
     return exit_info.value.code, capsys.readouterr().err
 
 
-# what an editor needs besides the model to be built at all (RECT's MEMIT class takes only base: memit)
+# what an editor needs besides the model to be built at all
 REQUIRED = {
-    "RECTOnMEMIT": ["--model.base=memit"],
     "GRACE": ["--model.sites.grace_layer=1"],  # no default layer: a missing one is an error before the model loads
     "WISE": ["--model.sites.wise_layer=1"],
 }

@@ -27,7 +27,7 @@ from lightning_edit.editors.locate import (
     compute_keys,
     fact_token_activations,
 )
-from lightning_edit.editors.solvers import CovarianceFactor, memit_factors, memit_layer_residual
+from lightning_edit.editors.solvers import CovarianceFactor, UpdateFilter, memit_factors, memit_layer_residual
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
@@ -46,6 +46,7 @@ class MEMIT(EditorModule):
         target: the z optimisation hyper-parameters (MEMIT: clamp_norm_factor 0.75).
         template_lengths: context templates as (total tokens, count) pairs (MEMIT: [[10, 5]]).
         template_seed: seed of the context-template generation.
+        update_filter: what to write instead of each ΔW (RECT: its largest relative changes); None: ΔW.
         **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (see EditorModule).
     """
 
@@ -58,6 +59,7 @@ class MEMIT(EditorModule):
         target: TargetOptimization | None = None,
         template_lengths: list[tuple[int, int]] | None = None,
         template_seed: int = 0,
+        update_filter: UpdateFilter | None = None,
         **kwargs,
     ):
         super().__init__(lm, **kwargs)
@@ -69,6 +71,7 @@ class MEMIT(EditorModule):
         self.target = target or TargetOptimization(clamp_norm_factor=0.75)
         self.template_lengths = tuple(map(tuple, template_lengths or MEMIT_TEMPLATE_LENGTHS))
         self.template_seed = template_seed
+        self.update_filter = update_filter
         self.templates = ContextTemplateCache()
         self._covariances: dict[int, CovarianceFactor] = {}
         self.weight_names = [f"{self.arch.layer_name(self.arch.spec.mlp_out, layer)}.weight" for layer in self.layers]
@@ -90,8 +93,8 @@ class MEMIT(EditorModule):
         return memit_factors(self._covariances[layer], K, R, self.mom2_update_weight)
 
     def written_update(self, delta: Tensor, W: Tensor) -> Tensor:
-        """The update written for ΔW (d_out, d_in) on W (d_out, d_in): ΔW itself (RECT keeps a part of it)."""
-        return delta
+        """What is written for ΔW (d_out, d_in) on W (d_out, d_in): ΔW, or what ``update_filter`` makes of it."""
+        return delta if self.update_filter is None else self.update_filter(delta, W)
 
     def context_templates(self) -> list[str]:
         """``["{}", "<text>. {}", ...]``, the texts sampled from "The", "Therefore", "Because", "I", "You" in turn, as
@@ -119,6 +122,8 @@ class MEMIT(EditorModule):
     def low_rank_edits(self, groups: list[list[EditRequest]]) -> RowUpdates | None:
         """Every group's update of the unedited model, each group a batch of its own, computed together: the keys of
         a group at a later layer see that group's updates of the earlier ones (row by row)."""
+        if self.update_filter is not None:
+            return None  # a filtered update is not low rank: cases are edited one at a time
         rows = RowUpdates(self.model, len(groups))
 
         def write(owner: int, layer: int, update: LowRankUpdate) -> None:

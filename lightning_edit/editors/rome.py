@@ -28,7 +28,7 @@ from lightning_edit.editors.locate import (
     FactToken,
     compute_keys,
 )
-from lightning_edit.editors.solvers import CovarianceFactor, rome_factors
+from lightning_edit.editors.solvers import CovarianceFactor, UpdateFilter, rome_factors
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
@@ -49,6 +49,7 @@ class ROME(EditorModule):
         target: the v* optimisation hyper-parameters (ROME defaults).
         template_lengths: context templates as (total tokens, count) pairs (ROME: [[5, 10], [10, 10]]).
         template_seed: seed of the context-template generation.
+        update_filter: what to write instead of each ΔW (RECT: its largest relative changes); None: ΔW.
         **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (see EditorModule).
     """
 
@@ -63,6 +64,7 @@ class ROME(EditorModule):
         target: TargetOptimization | None = None,
         template_lengths: list[tuple[int, int]] | None = None,
         template_seed: int = 0,
+        update_filter: UpdateFilter | None = None,
         **kwargs,
     ):
         super().__init__(lm, **kwargs)
@@ -73,6 +75,7 @@ class ROME(EditorModule):
         self.target = target or TargetOptimization()
         self.template_lengths = tuple(map(tuple, template_lengths or ROME_TEMPLATE_LENGTHS))
         self.template_seed = template_seed
+        self.update_filter = update_filter
         self.templates = ContextTemplateCache()
         self.arch = resolve_architecture(self.model)
         self.weight_name = f"{self.arch.layer_name(self.arch.spec.mlp_out, self.layer)}.weight"
@@ -96,8 +99,8 @@ class ROME(EditorModule):
         return self._covariance
 
     def written_update(self, delta: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-        """The update written for ΔW (d_out, d_in) on W (d_out, d_in): ΔW itself (RECT keeps a part of it)."""
-        return delta
+        """What is written for ΔW (d_out, d_in) on W (d_out, d_in): ΔW, or what ``update_filter`` makes of it."""
+        return delta if self.update_filter is None else self.update_filter(delta, W)
 
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """ROME edits one fact at a time, each on the model as edited by the previous ones."""
@@ -112,8 +115,8 @@ class ROME(EditorModule):
 
     def low_rank_edits(self, groups: list[list[EditRequest]]) -> RowUpdates | None:
         """Every group's rank-one update of the unedited model, computed together (cases of one request each)."""
-        if any(len(group) != 1 for group in groups):
-            return None  # a case's later requests would need the model its earlier ones edited
+        if self.update_filter is not None or any(len(group) != 1 for group in groups):
+            return None  # not low rank, or a case's later requests would need the model its earlier ones edited
         rows = RowUpdates(self.model, len(groups))
         name = self.arch.layer_name(self.arch.spec.mlp_out, self.layer)
         for owner, update in enumerate(self.updates([group[0] for group in groups], self.covariance())):

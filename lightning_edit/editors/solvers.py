@@ -305,3 +305,12 @@ class EditedKeyCache:
         """Forget every batch: ``C_p = 0``."""
         self.matrix.zero_()
         self.n_keys = 0
+
+
+class UpdateFilter:
+    """A change of what ROME or MEMIT writes: ``filter(ΔW, W)`` (d_out, d_in) is written instead of ΔW (RECT keeps
+    the largest relative changes, :class:`~lightning_edit.editors.rect.RECT`). A filtered update is in general not
+    low rank, so an editor with a filter edits the cases of ``single`` one at a time."""
+
+    def __call__(self, delta: Tensor, W: Tensor) -> Tensor:
+        raise NotImplementedError

@@ -8,7 +8,7 @@ from lightning import Trainer
 
 from lightning_edit.data import CounterFact
 from lightning_edit.data.schema import EditRequest
-from lightning_edit.editors import MEMIT, RECT, ROME
+from lightning_edit.editors import MEMIT, RECT, ROME, AlphaEdit
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.rect import rect_mask, rect_update
 from lightning_edit.editors.target_vector import TargetOptimization
@@ -58,8 +58,7 @@ def test_rect_on_rome_writes_rome_update_with_only_its_top_entries():
     rome = ROME(TINY, sites=EditSites(rome_layer=1), **FAST)
     rome_calls = recorded(rome, "written_update")
     rome.edit([REQUEST])
-    rect = RECT(TINY, base="rome", keep_fraction=0.2, sites=EditSites(rome_layer=1), **FAST)
-    assert isinstance(rect, ROME) and isinstance(rect, RECT)
+    rect = ROME(TINY, sites=EditSites(rome_layer=1), update_filter=RECT(keep_fraction=0.2), **FAST)
     rect_calls = recorded(rect, "written_update")
     weight = rect.model.get_parameter(rect.weight_name)
     before = weight.detach().clone()
@@ -75,15 +74,15 @@ def test_rect_on_rome_writes_rome_update_with_only_its_top_entries():
     assert torch.equal(weight, before)
 
 
-def test_rect_on_memit_sparsifies_every_layer_update():
+@pytest.mark.parametrize("base", [MEMIT, AlphaEdit])
+def test_rect_on_memit_sparsifies_every_layer_update(base):
     common = dict(
         sites=EditSites(memit_layers=[0, 1], mom2_update_weight=100.0),
         stats=KeyStatistics(corpus="builtin:data/toy/corpus.txt", n_samples=50),
         target=TargetOptimization(v_num_grad_steps=4),
         template_lengths=[[5, 1]],
     )
-    rect = RECT(TINY, base="memit", keep_fraction=0.3, **common)
-    assert isinstance(rect, MEMIT)
+    rect = base(TINY, update_filter=RECT(keep_fraction=0.3), **common)
     calls = recorded(rect, "written_update")
     undo = rect.edit([REQUEST, EditRequest("{} speaks", "Danielle Darrieux", "English")])
     assert len(calls) == 2  # one update per edited layer
@@ -92,9 +91,9 @@ def test_rect_on_memit_sparsifies_every_layer_update():
     rect.undo(undo)
 
 
-def test_rome_settings_with_base_memit_raise():
-    with pytest.raises(ValueError, match="mom2_adjustment"):
-        RECT(TINY, base="memit", mom2_adjustment=False)
+def test_a_filtered_update_is_not_low_rank():
+    """With a filter the batched ``single`` path (low-rank row updates) is not taken: cases go one at a time."""
+    assert ROME(TINY, sites=EditSites(rome_layer=1), update_filter=RECT(), **FAST).low_rank_edits([[REQUEST]]) is None
 
 
 @pytest.mark.parametrize(
@@ -102,7 +101,7 @@ def test_rome_settings_with_base_memit_raise():
     [("single", {}), ("batch", {}), ("sequential", {"edit_batch_size": 2, "eval_at": [2]})],
 )
 def test_every_protocol_restores_the_model_bit_identically(protocol, options):
-    editor = RECT(TINY, sites=EditSites(rome_layer=1), protocol=protocol, **FAST, **options)
+    editor = ROME(TINY, sites=EditSites(rome_layer=1), update_filter=RECT(), protocol=protocol, **FAST, **options)
     before = {name: value.clone() for name, value in editor.model.state_dict().items()}
     data = CounterFact("builtin:data/counterfact-flat.json", limit=4, batch_size=2)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)

@@ -23,7 +23,7 @@ OUT_OF_RANGE = [
     ("WISE", "mask_ratio", "1.5", ["--model.sites.wise_layer=1"]),
     ("WISE", "save_freq", "0", ["--model.sites.wise_layer=1"]),
     ("WISE", "merge_freq", "700", ["--model.sites.wise_layer=1"]),
-    ("RECT", "keep_fraction", "0", []),
+    ("ROME", "update_filter.keep_fraction", "0", ["--model.update_filter=RECT"]),
 ]
 
 
