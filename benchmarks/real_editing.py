@@ -3,6 +3,7 @@
     python benchmarks/real_editing.py --preset smollm2-135m --data <dir>/counterfact-edit-1k.json --limit 100 \
         --methods unedited ROME MEMIT
     python benchmarks/real_editing.py --preset smollm2-135m --benchmark zsre --data <dir>/zsre_mend_eval.json
+    python benchmarks/real_editing.py --preset smollm2-135m --benchmark ruleedit --data builtin:data/ruleedit --limit 79
 
 Each row is one ``lightning-edit validate`` command in a process of its own (printed on stderr), composed of
 ``configs/methods/<method>.yaml``, ``configs/models/<preset>.yaml`` (editors that take no preset get its ``lm.path``)
@@ -43,6 +44,7 @@ METHODS = {
 METRICS = {
     "counterfact": ("ES", "PS", "NS", "rewrite_acc", "rephrase_acc", "locality_acc"),  # ROME's and EasyEdit's
     "zsre": ("rewrite_acc", "rephrase_acc", "locality_acc"),
+    "ruleedit": ("Rel", "Gen", "Loc", "IP", "RU"),  # the paper's five, judged by sympy (its judge is an LLM)
 }
 
 

@@ -36,7 +36,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_module
 
-import lightning_edit.data  # noqa: F401  (registers the benchmarks for short names)
+import lightning_edit.data
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
 import lightning_edit.toy  # noqa: F401  (ToyCorpus, CausalLMPretraining, ToyEditTraining)
 from lightning_edit.editors.base import EditorModule
@@ -54,6 +54,8 @@ from lightning_edit.errors import (
 )
 from lightning_edit.presets import compose_presets
 from lightning_edit.report import RunReport
+
+lightning_edit.data.import_all()  # registers the benchmarks for the short names of --data
 
 
 class EditCLI(LightningCLI):

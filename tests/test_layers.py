@@ -5,6 +5,8 @@ imports inside functions.
 """
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,12 @@ def lazy():
         "lightning_edit.data.schema.EditCase",
     }
     assert imported_modules("import torch\nfrom torch import nn", "lightning_edit.data.base") == set()
+
+
+def test_an_editor_imports_no_benchmark_judge_or_client():
+    """Importing an editor loads neither the judges nor the benchmarks that use them, nor openai. (sympy cannot be
+    checked this way: ``import lightning`` itself imports it.)"""
+    watched = ("openai", "lightning_edit.judges", "lightning_edit.data.ruleedit", "lightning_edit.data.scedit")
+    code = f"import sys, lightning_edit.editors.rome; print([m for m in {watched!r} if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -1,26 +1,37 @@
-"""Benchmarks: one small :class:`EditDataModule` per dataset, yielding :class:`EditCase` batches."""
+"""Benchmarks: one small :class:`EditDataModule` per dataset, yielding :class:`EditCase` batches.
 
-from lightning_edit.data.bake import BAKE
-from lightning_edit.data.base import DataFormatError, EditDataModule
-from lightning_edit.data.caseedit import CaseEdit
-from lightning_edit.data.counterfact import CounterFact
-from lightning_edit.data.edit_training import EditTraining
-from lightning_edit.data.ruleedit import RuleEdit
-from lightning_edit.data.scedit import ScEdit
-from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
-from lightning_edit.data.zsre import ZsRE
+The names below load their module when first used (PEP 562), so that importing one module of the package does not
+import every benchmark and what each needs (sympy, openai): an editor reads only ``data.schema``. ``lightning-edit``
+imports them all (:func:`import_all`), for the short names of ``--data``.
+"""
 
-__all__ = [
-    "BAKE",
-    "CaseEdit",
-    "CounterFact",
-    "DataFormatError",
-    "EditCase",
-    "EditDataModule",
-    "EditRequest",
-    "EditTraining",
-    "PromptGroup",
-    "RuleEdit",
-    "ScEdit",
-    "ZsRE",
-]
+import importlib
+
+#: name -> its module under lightning_edit.data; a new benchmark adds its line
+EXPORTS = {
+    "BAKE": "bake",
+    "CaseEdit": "caseedit",
+    "CounterFact": "counterfact",
+    "EditTraining": "edit_training",
+    "RuleEdit": "ruleedit",
+    "ScEdit": "scedit",
+    "ZsRE": "zsre",
+    "DataFormatError": "base",
+    "EditDataModule": "base",
+    "EditCase": "schema",
+    "EditRequest": "schema",
+    "PromptGroup": "schema",
+}
+__all__ = sorted(EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{EXPORTS[name]}"), name)
+
+
+def import_all() -> None:
+    """Import every benchmark module (what registers the benchmarks' classes for jsonargparse's short names)."""
+    for module in dict.fromkeys(EXPORTS.values()):
+        importlib.import_module(f"{__name__}.{module}")
