@@ -193,7 +193,7 @@ class RuleEdit(EditDataModule):
                     if view in records:
                         reader, requests, groups = records[view]
                         case_id = 3 * position + VIEWS.index(view)
-                        cases.append(EditCase(case_id, requests, groups, _source(reader), in_turn=len(requests) > 1))
+                        cases.append(EditCase(case_id, requests, groups, _source(reader), calls=(1,) * len(requests)))
         return cases
 
     def _hierarchy_cases(self) -> list[EditCase]:
@@ -345,12 +345,14 @@ class RuleEdit(EditDataModule):
     def _staged_case(
         self, position: int, records: list[tuple[RecordReader, tuple[EditRequest, ...], dict[str, PromptGroup]]]
     ) -> EditCase:
-        """One case per rule: the f_d edits then the ins edit, scored on every record's prompts."""
+        """One case per rule: the f_d edits in one editor call, then the ins edit in another (DMLE's two calls), scored
+        on every record's prompts."""
         groups = {
             f"{VIEWS[i]}.{name}": group for i, (_, _, built) in enumerate(records) for name, group in built.items()
         }
         requests = tuple(request for _, requests, _ in records for request in requests)
-        return EditCase(3 * position, requests, groups, _source(records[0][0]))
+        staged = (len(requests) - len(records[-1][1]), len(records[-1][1]))  # f_d (formula, description), then ins
+        return EditCase(3 * position, requests, groups, _source(records[0][0]), calls=staged)
 
 
 def _subfolders(folder: Path) -> list[Path]:

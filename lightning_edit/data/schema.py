@@ -18,6 +18,7 @@ on the unedited model, under ``<metric>_pre``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,15 +117,26 @@ class EditCase:
         requests: the edit requests; most benchmarks have exactly one.
         groups: named prompt groups, e.g. ``{"rewrite": ..., "paraphrase": ..., "neighborhood": ...}``.
         source: where the record came from (``file#index``), for error messages and reports.
-        in_turn: apply the requests one editor call each, in order, each on the model the previous ones edited
-            (sequential editing within the case), rather than in one call.
+        calls: how many of the requests, in order, each editor call applies, each call on the model the previous
+            ones edited: ``(1, 1, 1)`` edits three requests in turn (RULE-EDIT's instance editing), ``(2, 1)`` two
+            together then one (DMLE's staged edits); empty (the default): all requests in one call.
     """
 
     case_id: int
     requests: tuple[EditRequest, ...]
     groups: dict[str, PromptGroup] = field(hash=False)
     source: str = ""
-    in_turn: bool = False
+    calls: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.calls and (sum(self.calls) != len(self.requests) or min(self.calls) < 1):
+            raise ValueError(f"case {self.case_id}: calls {self.calls} do not split its {len(self.requests)} requests")
+
+    @property
+    def editor_calls(self) -> list[tuple[EditRequest, ...]]:
+        """The requests as the editor calls that apply them, in order (one call unless ``calls`` splits them)."""
+        bounds = [0, *itertools.accumulate(self.calls or (len(self.requests),))]
+        return [self.requests[start:end] for start, end in zip(bounds, bounds[1:])]
 
     @property
     def metric_names(self) -> list[str]:

@@ -16,8 +16,9 @@ the edited parameters; an editor that adds modules or adapters returns one that 
   evaluate" protocol), and, for each n in ``eval_at``, the first n cases are also scored right after the n-th
   edit (reported as ``<metric>@<n>``, the retention curve). Every edit is undone after the run.
 
-Under every protocol, the requests of a case marked ``in_turn`` (RULE-EDIT's instance editing) are applied one editor
-call each, in order; other cases' requests go to the editor together.
+Under every protocol, the requests of a case that splits them into editor calls (``EditCase.calls``: RULE-EDIT's
+instance editing, one request per call; DMLE's staged edits, two then one) are applied in those calls, in order;
+other cases' requests go to the editor together.
 
 ``edit_batch_size`` belongs to ``sequential`` (and ``fit``): under ``single`` each case is edited alone and under
 ``batch`` the cases of one data batch together, so there it is ignored, with a logged note (a method config written
@@ -270,11 +271,11 @@ class EditorModule(LightningModule, ABC):
 
     @staticmethod
     def _editor_calls(cases: list[EditCase]) -> list[list[EditRequest]]:
-        """The requests of ``cases`` as editor calls: together, except those of an ``in_turn`` case, one per call."""
+        """The requests of ``cases`` as editor calls: together, except those of a case that splits them (its calls)."""
         calls: list[list[EditRequest]] = [[]]
         for case in cases:
-            if case.in_turn:
-                calls += [[request] for request in case.requests] + [[]]
+            if len(case.editor_calls) > 1:
+                calls += [list(call) for call in case.editor_calls] + [[]]
             else:
                 calls[-1] += case.requests
         return [call for call in calls if call]
@@ -450,8 +451,8 @@ class EditorModule(LightningModule, ABC):
             return
         reference = scorer.reference(batch)
         self._update_metrics(scorer.score_unedited(batch, reference, self.scoring.pre_edit))
-        in_turn = any(case.in_turn for case in batch)  # low-rank edits of the unedited model cannot chain
-        if self.protocol == "single" and self.edits_weights and self.batched_single and not in_turn:
+        chained = any(len(case.editor_calls) > 1 for case in batch)  # low-rank edits of the unedited model cannot chain
+        if self.protocol == "single" and self.edits_weights and self.batched_single and not chained:
             rows = self.low_rank_edits([case.requests for case in batch])
             if rows is not None:
                 with rows:

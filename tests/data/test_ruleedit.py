@@ -82,7 +82,7 @@ def test_formula_case_groups_and_metrics():
         "instance": kinds_of("IP"),
         "rule_understanding": kinds_of("RU"),
     }
-    assert not case.in_turn
+    assert len(case.editor_calls) == 1
 
 
 def test_locality_against_the_unedited_model_and_an_exact_match_judge():
@@ -124,7 +124,7 @@ def test_instance_records_lists_and_missing_ground_truth():
 
 def test_instance_editing_edits_a_set_of_instances_in_turn_and_scores_ip_on_the_rest():
     case = load(task="instance").cases[0]  # default: the ins instance and 2 of its Instance list
-    assert case.in_turn
+    assert [len(call) for call in case.editor_calls] == [1, 1, 1]  # in turn
     assert [(r.prompt, r.subject, r.target_new) for r in case.requests] == [
         ("A {} has a length of 9 and a width of 1. What is its perimeter? The answer is", "rectangle", "10"),
         ("A {} has a length of 4 and a width of 3. What is its perimeter? The answer is", "rectangle", "7"),
@@ -144,6 +144,7 @@ def test_dmle_staged_grouping_one_case_per_rule_with_the_three_edits_in_order():
     (case,) = dm.cases  # rules 1 and 2 lack a record
     assert [request.extra["view"] for request in case.requests] == ["formula", "description", "instance"]
     assert [request.extra["stage"] for request in case.requests] == ["f_d", "f_d", "ins"]
+    assert [[request.extra["stage"] for request in call] for call in case.editor_calls] == [["f_d", "f_d"], ["ins"]]
     assert case.groups["instance.rule_understanding_formula"].metrics == kinds_of("RU")
     assert set(case.metric_names) == set(conventions("Rel", "Gen", "Loc", "IP", "RU"))
     assert len(case.groups["formula.reliability"].prompts) == 1
@@ -283,3 +284,28 @@ def test_validate_reports_skipped_files_in_results(tmp_path, monkeypatch):
         and "SymbolicMathJudge" in results["metrics"]["Rel"]["convention"]
     )
     assert [row["judges"] for row in results["judge_agreement"]] == [[EXACT_MATCH_KIND, JUDGE_KIND]]
+
+
+def test_dmle_staged_edits_are_two_editor_calls_per_rule_with_memit():
+    """DMLE edits a rule's f_d records, then its ins record on the edited model: MEMIT solves each stage alone."""
+    from lightning import Trainer
+
+    from lightning_edit.editors import MEMIT
+    from lightning_edit.editors.locate import EditSites
+    from lightning_edit.editors.target_vector import TargetOptimization
+    from lightning_edit.models.loading import ModelSource
+    from lightning_edit.stats.config import KeyStatistics
+
+    editor = MEMIT(
+        ModelSource("builtin:models/tiny-gpt2"),
+        sites=EditSites(memit_layers=[0, 1], mom2_update_weight=100.0),
+        stats=KeyStatistics(corpus="builtin:data/toy/corpus.txt", n_samples=20),
+        target=TargetOptimization(v_num_grad_steps=2),
+        template_lengths=[[5, 1]],
+    )
+    calls, apply_edits = [], editor.apply_edits
+    editor.apply_edits = lambda requests: (calls.append([r.extra["stage"] for r in requests]), apply_edits(requests))
+    data = RuleEdit(str(FIXTURE), task="all", case_grouping="dmle_staged", judge={"exact_match": {}})
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
+    trainer.validate(editor, datamodule=data, verbose=False)
+    assert len(data.cases) == 1 and calls == [["f_d", "f_d"], ["ins"]]

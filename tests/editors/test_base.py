@@ -96,24 +96,29 @@ def test_sequential_protocol_accumulates_edits_then_evaluates_and_restores():
 
 
 class TwoRequestCases(CounterFact):
-    """Toy cases of two requests each (the case's and a copy with another subject), every other case ``in_turn``."""
+    """Toy cases of two requests each (the case's and a copy with another subject), every other case split in two
+    editor calls."""
 
     def load_cases(self):
         return [
-            replace(case, requests=(case.requests[0], replace(case.requests[0], subject="X")), in_turn=i % 2 == 0)
+            replace(
+                case,
+                requests=(case.requests[0], replace(case.requests[0], subject="X")),
+                calls=(1, 1) if i % 2 == 0 else (),
+            )
             for i, case in enumerate(super().load_cases())
         ]
 
 
 @pytest.mark.parametrize("protocol", ["single", "batch", "sequential"])
-def test_the_requests_of_an_in_turn_case_go_to_the_editor_one_call_each(protocol):
+def test_the_requests_of_a_case_go_to_the_editor_in_its_calls(protocol):
     options = {"edit_batch_size": 3} if protocol == "sequential" else {}
     editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol=protocol, **options)
     data = TwoRequestCases("builtin:data/counterfact-flat.json", limit=4, batch_size=3)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
     trainer.validate(editor, datamodule=data, verbose=False)
     s = [case.requests[0].subject for case in data.cases]
-    # cases 0 and 2 in turn, one request per call; case 1 (and 3) in one call
+    # cases 0 and 2 in two calls, one request each; case 1 (and 3) in one call
     assert editor.seen == [[s[0]], ["X"], [s[1], "X"], [s[2]], ["X"], [s[3], "X"]]
     if protocol == "batch":  # the cases of a batch are edited together, in their calls
         assert editor.norms[4] == pytest.approx(editor.norms[0] * 3**4, rel=1e-5)
