@@ -85,6 +85,10 @@ class RuleEdit(EditDataModule):
         locality: ``ground_truth`` (the reference code: Loc grades the answer against the stored ground truth) or
             ``unedited`` (the answer must be judged equivalent to the unedited model's; token level: EasyEdit's
             argmax agreement).
+        locality_tokens: what Loc judges of an answer: ``budget``, all of it (the budget below), or ``expected``,
+            its first tokens, as many as the stored ground truth has (DMLE's code keeps those and decodes them:
+            ``evaluate_utils.py`` 385-397). Greedy answers agree token by token whatever the budget, so ``expected``
+            generates that many tokens.
         new_tokens_per_answer_token: the answer's budget, per token of the expected answer (the reference code: 3).
     """
 
@@ -99,6 +103,7 @@ class RuleEdit(EditDataModule):
         instance_edits: int | None = None,
         judge: dict[str, dict[str, Any]] | None = None,
         locality: Literal["ground_truth", "unedited"] = "ground_truth",
+        locality_tokens: Literal["budget", "expected"] = "budget",
         new_tokens_per_answer_token: int = 3,
     ):
         super().__init__(path, limit, sample_seed, batch_size)
@@ -118,17 +123,27 @@ class RuleEdit(EditDataModule):
             raise ConfigError(f"data.judge={judge}: one judge and its arguments, e.g. {{'exact_match': {{}}}}")
         if locality not in ("ground_truth", "unedited"):
             raise ConfigError(f"data.locality={locality!r}: one of ground_truth, unedited")
+        if locality_tokens not in ("budget", "expected"):
+            raise ConfigError(f"data.locality_tokens={locality_tokens!r}: one of budget, expected")
         if new_tokens_per_answer_token < 1:
             raise ConfigError(f"data.new_tokens_per_answer_token={new_tokens_per_answer_token}: at least 1")
         self.task, self.case_grouping = task, case_grouping
         self.instance_edits = instance_edits or (1 if case_grouping == "dmle_staged" else 3)
-        self.judge, self.locality = judge or DEFAULT_JUDGE, locality
+        self.judge, self.locality, self.locality_tokens = judge or DEFAULT_JUDGE, locality, locality_tokens
         self.new_tokens_per_answer_token = new_tokens_per_answer_token
+
+    def _judged_tail(self, metric: str) -> str:
+        """The suffix of the judged kinds of ``metric``: Loc's depend on ``locality`` and ``locality_tokens``."""
+        if not metric.startswith("Loc"):
+            return ""
+        return ("_unedited" if self.locality == "unedited" else "") + (
+            "_first_tokens" if self.locality_tokens == "expected" else ""
+        )
 
     def conventions(self, metric: str) -> dict[str, str]:
         """Score kind -> suffix of the reported name, for each convention of ``metric`` (see the module)."""
         unedited = metric.startswith("Loc") and self.locality == "unedited"
-        tail = "_unedited" if unedited else ""
+        tail = self._judged_tail(metric)
         kinds = {JUDGE_KIND + tail: ""}
         if next(iter(self.judge)) != "exact_match":
             kinds[EXACT_MATCH_KIND + tail] = "_exact_match"
@@ -166,12 +181,14 @@ class RuleEdit(EditDataModule):
         return derived
 
     def _register_judges(self) -> None:
-        """The judged kinds: ``judge`` and exact match, on greedy answers of the reference code's length."""
-        generation = Generation(self.new_tokens_per_answer_token, stop=(), per_expected_token=True)
+        """The judged kinds: ``judge`` and exact match, on greedy answers of the reference code's length (Loc's: of
+        the ground truth's length with ``locality_tokens: expected``)."""
         [(name, arguments)] = self.judge.items()
-        for against_unedited in sorted({False, self.locality == "unedited"}):
-            tail = "_unedited" if against_unedited else ""
-            spec = {"class_path": name, "init_args": arguments}
+        spec = {"class_path": name, "init_args": arguments}
+        for tail in dict.fromkeys(self._judged_tail(metric) for metric in ("Rel", "Loc")):  # the others as Rel
+            against_unedited = "_unedited" in tail
+            per_token = 1 if "_first_tokens" in tail else self.new_tokens_per_answer_token
+            generation = Generation(per_token, stop=(), per_expected_token=True)
             register_judged_kind(JUDGE_KIND + tail, spec, generation, against_unedited=against_unedited)
             register_judged_kind(EXACT_MATCH_KIND + tail, "exact_match", generation, against_unedited=against_unedited)
 

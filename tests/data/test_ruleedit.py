@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from lightning_edit.data import RuleEdit
 from lightning_edit.data.base import DataFormatError
@@ -309,3 +310,34 @@ def test_dmle_staged_edits_are_two_editor_calls_per_rule_with_memit():
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
     trainer.validate(editor, datamodule=data, verbose=False)
     assert len(data.cases) == 1 and calls == [["f_d", "f_d"], ["ins"]]
+
+
+def test_locality_tokens_expected_judges_the_first_ground_truth_tokens_of_the_answer():
+    """DMLE's Loc keeps the first len(ground truth) tokens of the 3x answer (evaluate_utils.py 385-397): greedy, so
+    the generated answer equals the reference loop's 3x answer cut to that many tokens."""
+    from lightning_edit.judges.kind import Generate
+    from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
+    from lightning_edit.scoring.kinds import run_requests, score_kind
+
+    dm = load(BUILTIN, task="formula", limit=2, locality_tokens="expected")
+    declared = dm.declared_metrics()
+    assert declared["Loc"] == f"{JUDGE_KIND}_first_tokens" and declared["Rel"] == JUDGE_KIND
+    assert declared["Loc_exact_match"] == f"{EXACT_MATCH_KIND}_first_tokens"
+    first_tokens, whole = score_kind(f"{JUDGE_KIND}_first_tokens").generation, score_kind(JUDGE_KIND).generation
+    assert (first_tokens.max_new_tokens, whole.max_new_tokens) == (1, 3)
+    model, tokenizer = load_model_and_tokenizer(ModelSource("builtin:models/tiny-gpt2"))  # never stops early
+    group = dm.cases[0].groups["neighborhood"]
+    requests = [Generate(p, 1, per_token_of=gt) for p, gt in zip(group.prompts, group.expected)]
+    answers = run_requests(model, tokenizer, requests, batch_size=4)  # request -> answer
+    longer = 0  # answers whose whole budget says more than their first tokens
+    for prompt, expected, request in zip(group.prompts, group.expected, requests):
+        ids, new, keep = tokenizer.encode(prompt), [], len(tokenizer.encode(expected, add_special_tokens=False))
+        with torch.no_grad():  # the reference: one prompt, unpadded, no cache, 3x the ground truth's tokens
+            for _ in range(3 * keep):
+                token = int(model(torch.tensor([ids + new]), use_cache=False).logits[0, -1].argmax())
+                if token == tokenizer.eos_token_id:
+                    break
+                new.append(token)
+        assert answers[request] == tokenizer.decode(new[:keep], skip_special_tokens=True)
+        longer += len(new) > keep
+    assert longer
