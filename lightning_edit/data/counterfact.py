@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, register_answer_kinds
 from lightning_edit.data.base import DataFormatError, EditDataModule, RecordReader, read_records
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 
@@ -53,6 +54,9 @@ class CounterFact(EditDataModule):
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
         batch_size: edit cases per validation step.
         generation: also score the ``generation_prompts`` by n-gram entropy (GE); ROME format only.
+        generated_answers: also generate an answer to the rewrite, paraphrase and neighbourhood prompts and grade it
+            (QAEdit: ES_gen, ES_gen_contains, PS_gen, PS_gen_contains, NS_gen; :mod:`lightning_edit.data.answers`),
+            with the prompt alone (``bare``) or in a QA instruction (``qa_inst``); None: teacher forcing only.
     """
 
     def __init__(
@@ -62,9 +66,12 @@ class CounterFact(EditDataModule):
         sample_seed: int | None = None,
         batch_size: int = 8,
         generation: bool = False,
+        generated_answers: AnswerContext | None = None,
     ):
         super().__init__(path, limit, sample_seed, batch_size)
         self.generation = generation
+        self.generated_answers = generated_answers
+        self.answer_kinds = answer_kinds(generated_answers) if generated_answers else None
 
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)
@@ -73,18 +80,29 @@ class CounterFact(EditDataModule):
             raise DataFormatError(
                 self.path, "generation=True needs the ROME format; the flat split has no generation prompts"
             )
+        if self.generated_answers:
+            register_answer_kinds(self.generated_answers)
         read_case = self._rome_case if rome else self._flat_case
         return [read_case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
 
     def declared_metrics(self) -> dict[str, str]:
         metrics = {"ES": "prob", "rewrite_acc": "token_acc", "PS": "prob", "rephrase_acc": "token_acc"}
         metrics |= {"NS": "prob", "locality_acc": "agreement"}
+        if self.answer_kinds:
+            for metric, locality in (("ES", False), ("PS", False), ("NS", True)):
+                metrics |= {name: kind for kind, name in answer_metrics(self.answer_kinds, metric, locality).items()}
         return metrics | ({"GE": "entropy"} if self.generation else {})
 
     def _rome_case(self, reader: RecordReader) -> EditCase:
         request = rome_request(reader, _ROME_KEYS)
         new, true = request.target_new, request.target_true
-        groups = _groups(request, reader.strings("paraphrase_prompts"), reader.strings("neighborhood_prompts"), true)
+        groups = _groups(
+            request,
+            reader.strings("paraphrase_prompts"),
+            reader.strings("neighborhood_prompts"),
+            true,
+            self.answer_kinds,
+        )
         groups["attribute"] = PromptGroup.shared_answer(reader.strings("attribute_prompts"), new, true)
         if self.generation:
             groups["generation"] = PromptGroup.shared_answer(reader.strings("generation_prompts"), new, entropy="GE")
@@ -100,6 +118,7 @@ class CounterFact(EditDataModule):
             [reader.string("rephrase_prompt")],
             [reader.string("locality_prompt")],
             reader.answer("locality_ground_truth"),
+            self.answer_kinds,
         )
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
@@ -118,16 +137,26 @@ def rome_request(reader: RecordReader, record_keys: set[str]) -> EditRequest:
 
 
 def _groups(
-    request: EditRequest, paraphrases: list[str], neighbours: list[str], neighbour_answer: str
+    request: EditRequest,
+    paraphrases: list[str],
+    neighbours: list[str],
+    neighbour_answer: str,
+    answers: dict[str, str] | None = None,
 ) -> dict[str, PromptGroup]:
-    """The groups of both formats: rewrite (ES), paraphrase (PS) and neighborhood (NS, the true answer preferred)."""
+    """The groups of both formats: rewrite (ES), paraphrase (PS) and neighborhood (NS, the true answer preferred),
+    with the generated-answer metrics of ``answers`` (:func:`~lightning_edit.data.answers.answer_kinds`)."""
     new, true = request.target_new, request.target_true
+
+    def generated(metric: str, locality: bool = False) -> dict[str, str]:
+        return answer_metrics(answers, metric, locality) if answers else {}
+
+    rewrite = {"prob": "ES", "token_acc": "rewrite_acc"} | generated("ES")
+    paraphrase = {"prob": "PS", "token_acc": "rephrase_acc"} | generated("PS")
+    neighborhood = {"prob": "NS", "agreement": "locality_acc"} | generated("NS", locality=True)
     return {
-        "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, prob="ES", token_acc="rewrite_acc"),
-        "paraphrase": PromptGroup.shared_answer(paraphrases, new, true, prob="PS", token_acc="rephrase_acc"),
-        "neighborhood": PromptGroup.shared_answer(
-            neighbours, neighbour_answer, new, prob="NS", agreement="locality_acc"
-        ),
+        "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, **rewrite),
+        "paraphrase": PromptGroup.shared_answer(paraphrases, new, true, **paraphrase),
+        "neighborhood": PromptGroup.shared_answer(neighbours, neighbour_answer, new, **neighborhood),
     }
 
 

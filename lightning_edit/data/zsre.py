@@ -20,11 +20,17 @@ from __future__ import annotations
 
 from typing import Literal
 
+from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, register_answer_kinds
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.errors import ConfigError
 
 _USED_KEYS = {"case_id", "subject", "src", "rephrase", "alt", "answers", "loc", "loc_ans"}
+
+
+#: the groups whose answers ``generated_answers`` also generates and grades (QAEdit's reliability, generalisation,
+#: locality)
+GENERATED = ("rewrite", "rephrase", "locality")
 
 
 class ZsRE(EditDataModule):
@@ -41,6 +47,9 @@ class ZsRE(EditDataModule):
         edit_target: the edit target. "alt" edits towards ``alt`` as EasyEdit and MEND do (true answer ``answers[0]``;
             records with an empty ``alt`` are skipped and reported); "answers0" edits towards ``answers[0]`` as
             ROME and MEMIT do (true answer unknown).
+        generated_answers: also generate an answer to the rewrite, rephrase and locality questions and grade it
+            (QAEdit: rewrite_gen, rewrite_gen_contains, rephrase_gen, rephrase_gen_contains, locality_gen;
+            :mod:`lightning_edit.data.answers`), the question alone (``bare``) or in a QA instruction (``qa_inst``).
     """
 
     def __init__(
@@ -50,13 +59,17 @@ class ZsRE(EditDataModule):
         sample_seed: int | None = None,
         batch_size: int = 8,
         edit_target: Literal["alt", "answers0"] = "alt",
+        generated_answers: AnswerContext | None = None,
     ):
         if edit_target not in ("alt", "answers0"):
             raise ConfigError(f"data.edit_target={edit_target!r}: one of alt, answers0")
         super().__init__(path, limit, sample_seed, batch_size)
-        self.edit_target = edit_target
+        self.edit_target, self.generated_answers = edit_target, generated_answers
+        self.answer_kinds = answer_kinds(generated_answers) if generated_answers else None
 
     def load_cases(self) -> list[EditCase]:
+        if self.generated_answers:
+            register_answer_kinds(self.generated_answers)
         cases = []
         for index, record in enumerate(read_records(self.path)):
             case = self._case(RecordReader(self.path, index, record))
@@ -65,12 +78,21 @@ class ZsRE(EditDataModule):
         return cases
 
     def declared_metrics(self) -> dict[str, str]:
-        return {
+        metrics = {
             "rewrite_acc": "token_acc",
             "rephrase_acc": "token_acc",
             "locality_acc": "agreement",
             "neighborhood_acc": "token_acc",
         }
+        for group in GENERATED if self.answer_kinds else ():
+            metrics |= {name: kind for kind, name in self._generated(group).items()}
+        return metrics
+
+    def _generated(self, group: str) -> dict[str, str]:
+        """Kind -> name of the group's generated-answer metrics (none without ``generated_answers``)."""
+        if group not in GENERATED or not self.answer_kinds:
+            return {}
+        return answer_metrics(self.answer_kinds, group, locality=group == "locality")
 
     def _case(self, reader: RecordReader) -> EditCase | None:
         subject, question = reader.string("subject"), reader.string("src")
@@ -89,9 +111,15 @@ class ZsRE(EditDataModule):
             return None
         extra = {key: value for key, value in reader.record.items() if key not in _USED_KEYS}
         groups = {
-            "rewrite": PromptGroup.shared_answer([question], new, token_acc="rewrite_acc"),
-            "rephrase": PromptGroup.shared_answer([rephrase], new, token_acc="rephrase_acc"),
-            "locality": PromptGroup.shared_answer([loc], loc_answer, agreement="locality_acc"),
+            "rewrite": PromptGroup.shared_answer(
+                [question], new, token_acc="rewrite_acc", **self._generated("rewrite")
+            ),
+            "rephrase": PromptGroup.shared_answer(
+                [rephrase], new, token_acc="rephrase_acc", **self._generated("rephrase")
+            ),
+            "locality": PromptGroup.shared_answer(
+                [loc], loc_answer, agreement="locality_acc", **self._generated("locality")
+            ),
             "neighborhood": PromptGroup.shared_answer([loc + "?"], loc_answer, token_acc="neighborhood_acc"),
         }
         request = EditRequest(template, subject, new, true, extra)

@@ -23,7 +23,7 @@ from typing import Any
 
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges.base import Judge, JudgeInput, JudgeStats, Verdict
-from lightning_edit.judges.exact_match import ExactMatchJudge
+from lightning_edit.judges.exact_match import ContainsJudge, ExactMatchJudge
 from lightning_edit.judges.llm import LLMJudge
 from lightning_edit.judges.local_lm import LocalLMJudge
 from lightning_edit.judges.openai_chat import OpenAIChatJudge
@@ -32,6 +32,7 @@ from lightning_edit.judges.symbolic_math import SymbolicMathJudge
 #: short names a config may use instead of a class path
 JUDGES: dict[str, type[Judge]] = {
     "exact_match": ExactMatchJudge,
+    "contains": ContainsJudge,
     "symbolic_math": SymbolicMathJudge,
     "openai_chat": OpenAIChatJudge,
     "local_lm": LocalLMJudge,
@@ -87,6 +88,7 @@ def _judge_class(path: str) -> type[Judge]:
 
 __all__ = [
     "JUDGES",
+    "ContainsJudge",
     "ExactMatchJudge",
     "Judge",
     "JudgeInput",

@@ -1,4 +1,4 @@
-"""Exact match after SQuAD normalisation, against one reference or several."""
+"""Exact match and containment after SQuAD normalisation, against one reference or several."""
 
 from __future__ import annotations
 
@@ -27,5 +27,21 @@ class ExactMatchJudge(Judge):
             prediction = normalize_answer(item.prediction)
             match = next((r for r in item.references if normalize_answer(r) == prediction), None)
             reason = f"matches reference {match!r}" if match is not None else f"{prediction!r} matches no reference"
+            verdicts.append(Verdict(float(match is not None), reason))
+        return verdicts
+
+
+class ContainsJudge(Judge):
+    """1 if a normalised reference occurs in the normalised prediction as whole words, else 0 (QAEdit's lenient
+    grade of a generated answer: "Paris, the capital" contains "Paris", "Parisian" does not)."""
+
+    convention = "1 if a SQuAD-normalised reference occurs, as whole words, in the normalised prediction"
+
+    def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
+        verdicts = []
+        for item in items:
+            prediction = f" {normalize_answer(item.prediction)} "
+            match = next((r for r in item.references if f" {normalize_answer(r)} " in prediction), None)
+            reason = f"contains reference {match!r}" if match is not None else f"{prediction.strip()!r} contains none"
             verdicts.append(Verdict(float(match is not None), reason))
         return verdicts

@@ -50,6 +50,8 @@ class Generation:
         stop: the answer ends before the first of these.
         per_expected_token: ``max_new_tokens`` counts per token of the expected answer (:func:`answer_budget`;
             DMLE's ``rule_edit`` generation: 3 per token).
+        template: the prompt is asked inside it, ``{}`` standing for it (a QA instruction); in-context text, if any,
+            stays before the template.
     """
 
     max_new_tokens: int = 64
@@ -58,6 +60,7 @@ class Generation:
     temperature: float = 1.0
     stop: tuple[str, ...] = ("\n",)
     per_expected_token: bool = False
+    template: str = "{}"
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,9 @@ class JudgedKind(ScoreKind):
 
     def _generate(self, item: PromptItem, prompt: str, config: Any) -> Generate:
         g = self.generation
+        if g.template != "{}":  # in-context text, if any, stays before the template
+            context = prompt[: -len(item.bare_prompt)] if prompt.endswith(item.bare_prompt) else ""
+            prompt = context + g.template.format(prompt[len(context) :])
         seed = config.seed + item.case_id if g.do_sample else 0
         per_token_of = item.expected if g.per_expected_token else None
         return Generate(prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop, per_token_of)

@@ -1,0 +1,95 @@
+"""Generated answers (QAEdit's convention) beside the teacher-forced metrics: every value against a hand computation
+with plain transformers, one prompt at a time."""
+
+import json
+
+import pytest
+import torch
+from lightning import Trainer
+
+from lightning_edit.data import CounterFact, ZsRE
+from lightning_edit.data.answers import CONTEXTS, answer_kinds, register_answer_kinds
+from lightning_edit.editors import NoEdit
+from lightning_edit.errors import ConfigError
+from lightning_edit.judges import ContainsJudge, JudgeInput
+from lightning_edit.judges.exact_match import normalize_answer
+from lightning_edit.models.loading import ModelSource
+from lightning_edit.resources import resolve_path
+from lightning_edit.scoring.kinds import PromptItem, score_kind
+
+TOY = "builtin:models/toy-gpt2"
+
+
+def hand_answer(model, tokenizer, prompt: str) -> str:
+    """QAEdit's generation: greedy, at most 50 new tokens, cut before the first "." or newline (or at EOS)."""
+    ids, new = tokenizer.encode(prompt), []
+    with torch.no_grad():
+        for _ in range(50):
+            token = int(model(torch.tensor([ids + new])).logits[0, -1].argmax())
+            if token == tokenizer.eos_token_id:
+                break
+            new.append(token)
+    text = tokenizer.decode(new)
+    return min((text.split(stop)[0] for stop in (".", "\n")), key=len)
+
+
+def test_contains_is_whole_words_after_normalisation():
+    judge = ContainsJudge()
+    items = [JudgeInput.of("q", "Paris", p) for p in ("The answer: paris, France", "Parisian", "in the Paris")]
+    assert [verdict.score for verdict in judge.judge(items)] == [1.0, 0.0, 1.0]
+
+
+def test_a_qa_instruction_wraps_the_prompt_after_any_in_context_text():
+    register_answer_kinds("qa_inst")
+    kind = score_kind(answer_kinds("qa_inst")["exact"])
+    item = PromptItem(0, "rewrite", 0, "New fact: X.\nThe capital of Y is", "The capital of Y is", "X", None)
+    (judged,) = kind.requests(item, config=None)
+    assert judged.generation.prompt == "New fact: X.\n" + CONTEXTS["qa_inst"].format("The capital of Y is")
+    assert judged.generation.max_new_tokens == 50 and judged.generation.stop == (".", "\n")
+    with pytest.raises(ConfigError, match="generated_answers='chat'"):
+        answer_kinds("chat")
+
+
+def test_counterfact_generated_answers_equal_a_hand_computation(tmp_path):
+    """NoEdit on toy cases whose new object is, for every other case, the true one the model knows: ES_gen and PS_gen
+    (exact match, contains) per case equal plain transformers' greedy answers graded by hand; NS_gen is 1 unedited."""
+    records = json.loads(resolve_path("builtin:data/toy/counterfact.json").read_text())[:6]
+    for record in records[::2]:
+        record["requested_rewrite"]["target_new"] = record["requested_rewrite"]["target_true"]
+    path = tmp_path / "counterfact.json"
+    path.write_text(json.dumps(records))
+    editor = NoEdit(ModelSource(TOY))
+    data = CounterFact(str(path), generated_answers="bare", batch_size=4)
+    Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
+    model, tokenizer = editor.model, editor.tokenizer
+    for record in records:
+        rewrite = record["requested_rewrite"]
+        new = normalize_answer(rewrite["target_new"]["str"])
+        for metric, prompts in (
+            ("ES", [rewrite["prompt"].format(rewrite["subject"])]),
+            ("PS", record["paraphrase_prompts"]),
+        ):
+            answers = [normalize_answer(hand_answer(model, tokenizer, prompt)) for prompt in prompts]
+            exact = sum(answer == new for answer in answers) / len(answers)
+            contains = sum(f" {new} " in f" {answer} " for answer in answers) / len(answers)
+            scores = (
+                editor.case_scores[metric + "_gen"][record["case_id"]],
+                editor.case_scores[metric + "_gen_contains"][record["case_id"]],
+            )
+            assert scores == pytest.approx((exact, contains)), (metric, record["case_id"], answers)
+    assert editor.results["ES_gen_contains"]["macro"] > 0  # the model says the true object it knows
+    assert editor.results["NS_gen"]["macro"] == 1.0
+
+
+def test_zsre_reports_generated_answers_beside_token_accuracy():
+    data = ZsRE("builtin:data/zsre.json", limit=3, generated_answers="qa_inst")
+    data.setup()
+    declared = data.declared_metrics()
+    kinds = answer_kinds("qa_inst")
+    assert {name: declared[name] for name in ("rewrite_gen", "rephrase_gen_contains", "locality_gen")} == {
+        "rewrite_gen": kinds["exact"],
+        "rephrase_gen_contains": kinds["contains"],
+        "locality_gen": kinds["unchanged"],
+    }
+    assert data.cases[0].groups["locality"].metrics == {"agreement": "locality_acc", kinds["unchanged"]: "locality_gen"}
+    assert "neighborhood_gen" not in declared
