@@ -129,6 +129,7 @@ def test_batched_and_one_at_a_time_give_the_same_case_scores(tmp_path, method):
             "validate", f"--config={CONFIGS}/methods/{method}.yaml", f"--config={CONFIGS}/models/toy-gpt2.yaml",
             f"--config={CONFIGS}/benchmarks/counterfact.yaml", "--data.path=builtin:data/toy/counterfact.json",
             "--data.limit=6", "--data.batch_size=3", "--model.target.v_num_grad_steps=15",
+            "--data.generated_answers=bare",  # generation, too, sees each case's own update
             f"--model.batched_single={str(batched).lower()}", f"--trainer.default_root_dir={directory}",
             "--trainer.logger=false", "--trainer.enable_progress_bar=false",
         ])  # fmt: skip
