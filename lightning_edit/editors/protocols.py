@@ -1,0 +1,304 @@
+"""The edit protocols: how edits meet evaluation (a part of :class:`~lightning_edit.editors.base.EditorModule`).
+
+- ``single``: each case is applied to the unedited model, scored, and undone (bit-identical); when the editor's
+  edits are low rank (:meth:`EditorModule.low_rank_edits`) the cases of a batch are instead computed together and
+  scored in one pass where each case's rows see its own update (``batched_single``, docs/methods.md#batched-single);
+- ``batch``: the cases of one dataloader batch (``data.batch_size``) are applied together, each is scored on
+  that model, then they are undone;
+- ``sequential``: before evaluation, every case is applied cumulatively, ``edit_batch_size`` cases per editor
+  call, in dataset order; all cases are then scored on the final model (the WISE/AlphaEdit "T edits, then
+  evaluate" protocol), and, for each n in ``eval_at``, the first n cases are also scored right after the n-th
+  edit (reported as ``<metric>@<n>``, the retention curve). Every edit is undone after the run.
+
+Under every protocol, the requests of a case that splits them into editor calls (``EditCase.calls``: RULE-EDIT's
+instance editing, one request per call; DMLE's staged edits, two then one) are applied in those calls, in order;
+other cases' requests go to the editor together.
+
+``edit_batch_size`` belongs to ``sequential`` (and ``fit``): under ``single`` each case is edited alone and under
+``batch`` the cases of one data batch together, so there it is ignored, with a logged note (a method config written
+for ``sequential`` composes with ``--model.protocol single``).
+
+``fit`` applies every case of the benchmark (as the sequential protocol does, ``edit_batch_size`` per call) in
+``on_fit_start``, exports the result (``export``: by default the edited model as safetensors with ``edits.json``,
+the record of the edits it holds) to ``output_dir``, and undoes the edits, so the module in memory is the unedited
+model again; no training step runs. Trainable editors (MEND) override this with an ordinary training loop.
+
+Locality (``agreement``) metrics, BAKE's pre-edit filter and the ``<metric>_pre`` reports use the model before any
+edit of the run. With ``in_context``, each case's in-context text (built before any edit) is put before its
+evaluation prompts, on top of the weight edit. Every case is checked (:meth:`ProtocolRunner.check_cases`) before any
+weight changes.
+
+Several processes (``--trainer.devices N``, any strategy Lightning launches) split the dataloader's batches of
+cases between them and give exactly the numbers of one process: under ``single`` and ``batch`` each process edits
+its own copy of the model for its own batches; under ``sequential`` every process applies every edit (the same
+deterministic computation) and then takes the weights of process 0, so all hold one edited model, and scores its
+own batches (the parameters the undo restores and any state the edits added are taken from process 0). A case the
+distributed sampler repeats is counted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from lightning import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from lightning_edit.data.base import case_error, loader_cases
+from lightning_edit.data.schema import EditCase, EditRequest
+from lightning_edit.editors.in_context import InContextPrompts
+from lightning_edit.errors import ConfigError, Interrupted, stop_requested
+from lightning_edit.evaluation import CaseScorer
+from lightning_edit.models.tokenization import encode_prompt_targets
+
+if TYPE_CHECKING:
+    from lightning_edit.editors.base import Undo
+
+
+def max_positions(model: nn.Module) -> int | None:
+    """The model's maximum positions (``n_positions`` / ``max_position_embeddings``), None when it has none."""
+    config = getattr(model, "config", None)
+    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+
+
+def _check_length(case: EditCase, field: str, prompt: str, tokens: int, limit: int | None) -> None:
+    if limit is not None and tokens > limit:
+        raise case_error(
+            case,
+            field,
+            f"the prompt {prompt[:60]!r}... is {tokens} tokens long with its answer, more than the model's {limit} "
+            "positions: shorten it or leave the record out",
+        )
+
+
+class ProtocolRunner(LightningModule):
+    """The protocol part of :class:`~lightning_edit.editors.base.EditorModule`: the validate and fit loops around the
+    editor's edit/undo contract (the editor sets ``protocol``, ``edit_batch_size``, ``eval_at``, ``scoring``,
+    ``in_context``, ``batched_single`` and ``output_dir``)."""
+
+    def check_cases(self, cases: list[EditCase], contexts: dict[int, str] | None = None) -> None:
+        """Raise :class:`~lightning_edit.data.base.DataFormatError`, naming the file, record and field, if a request
+        cannot be edited, a prompt (after its case's in-context text in ``contexts``) does not fit in the model's
+        positions, or a score kind cannot score it (:meth:`~lightning_edit.scoring.kinds.ScoreKind.check`); called on
+        every case before any weight changes."""
+        limit, contexts = max_positions(self.model), contexts or {}
+        checks = []  # (case, field, prompt, answer): every request's target and every prompt's expected answer
+        for case in cases:
+            for request in case.requests:
+                if not request.subject.strip():
+                    raise case_error(case, "subject", "empty subject")
+                checks.append((case, "target_new", request.filled_prompt, request.target_new))
+            for name, group in case.groups.items():
+                context = contexts.get(case.case_id, "")
+                checks += [(case, name, context + p, expected) for p, expected in zip(group.prompts, group.expected)]
+        encoded = encode_prompt_targets(self.tokenizer, [c[2] for c in checks], [c[3] for c in checks])
+        for (case, field, prompt, _), result in zip(checks, encoded):
+            if isinstance(result, ValueError):
+                raise case_error(case, field, str(result))
+            _check_length(case, "prompt" if field == "target_new" else field, prompt, sum(map(len, result)), limit)
+        for case, field, reason in self._scorer().check(cases, contexts, limit):
+            raise case_error(case, field, reason)
+
+    def _prepare(self) -> None:
+        """:meth:`prepare_statistics`; with several processes, each first caches its share of the statistics pass and,
+        once all have, merges the shards instead of running the whole pass (a cache shared by the processes)."""
+        if self.trainer.world_size > 1:
+            self.compute_statistics_shard(self.trainer.global_rank, self.trainer.world_size)
+            self.trainer.strategy.barrier("key statistics")
+        self.prepare_statistics()
+
+    def transfer_batch_to_device(self, batch: list[EditCase], device: torch.device, dataloader_idx: int) -> list:
+        return batch  # edit cases hold text; the scorer tokenizes onto the model's device
+
+    @staticmethod
+    def _requests(cases: list[EditCase]) -> list[EditRequest]:
+        return [request for case in cases for request in case.requests]
+
+    @staticmethod
+    def _editor_calls(cases: list[EditCase]) -> list[list[EditRequest]]:
+        """The requests of ``cases`` as editor calls: together, except those of a case that splits them (its calls)."""
+        calls: list[list[EditRequest]] = [[]]
+        for case in cases:
+            if len(case.editor_calls) > 1:
+                calls += [list(call) for call in case.editor_calls] + [[]]
+            else:
+                calls[-1] += case.requests
+        return [call for call in calls if call]
+
+    def _scorer(self) -> CaseScorer:
+        return CaseScorer(self.model, self.tokenizer, self.scoring)
+
+    @property
+    def shows_progress(self) -> bool:
+        """Whether long loops show a progress bar: on process 0, when the trainer shows its own (the default)."""
+        if self._trainer is None:
+            return True
+        return self.trainer.is_global_zero and self.trainer.progress_bar_callback is not None
+
+    def _progress(self, total: int, description: str) -> tqdm:
+        return tqdm(total=total, desc=description, unit="case", disable=not self.shows_progress, leave=False)
+
+    def _apply_in_order(self, cases: list[EditCase], description: str) -> Iterator[int]:
+        """Apply ``cases`` cumulatively, ``edit_batch_size`` per editor call; yields the number applied so far.
+
+        After the editor call during which SIGTERM arrived (on any process: every process stops after the same call),
+        raises :class:`~lightning_edit.errors.Interrupted`. The trainer notes SIGTERM once its loop runs;
+        ``lightning-edit`` also notes one that arrives before (``fit`` edits in ``on_fit_start``, before the loop).
+        """
+        with self._progress(len(cases), description) as bar:
+            for start in range(0, len(cases), self.edit_batch_size):
+                chunk = cases[start : start + self.edit_batch_size]
+                for call in self._editor_calls(chunk):
+                    self.apply_edits(call)
+                bar.update(len(chunk))
+                applied = start + len(chunk)
+                stop = self.trainer.received_sigterm or stop_requested() is not None
+                if self.trainer.strategy.reduce_boolean_decision(stop, all=False):
+                    raise Interrupted(
+                        f"{description} stopped by SIGTERM after {applied} of {len(cases)} cases; the edits are not "
+                        "kept: run the same command again"
+                    )
+                yield applied
+
+    def _share_edited_state(self, undo: Undo, before: set[str]) -> None:
+        """Give every process process 0's values of what the edits changed: the parameters ``undo`` restores and
+        any state added since ``before`` (the model's state names then); a no-op on one process."""
+        if self.trainer.world_size > 1:
+            state = self.model.state_dict(keep_vars=True)
+            for name in sorted(set(undo.names) | (set(state) - before)):
+                state[name].data.copy_(self.trainer.strategy.broadcast(state[name].data, src=0))
+
+    def _apply_sequentially(self, cases: list[EditCase], local: list[EditCase]) -> None:
+        """Sequential protocol: apply every case cumulatively, scoring the prefixes in ``eval_at``.
+
+        ``local`` are the cases this process scores; every process applies all of ``cases``.
+        """
+        scorer = self._scorer()
+        reference = scorer.reference(local)
+        self._update_metrics(scorer.score_unedited(local, reference, self.scoring.pre_edit))
+        before = set(self.model.state_dict())
+        undo = self.prepare_undo(self._requests(cases))
+        self._sequential = (undo, reference)
+        positions = {case.case_id: position for position, case in enumerate(cases)}
+        previous = 0
+        for applied in self._apply_in_order(cases, "sequential edits"):
+            for n in self.eval_at:
+                if previous < n <= applied:
+                    self._share_edited_state(undo, before)
+                    prefix = [case for case in local if positions[case.case_id] < n]
+                    self._update_metrics(scorer.score(prefix, reference, self._contexts), suffix=f"@{n}")
+            previous = applied
+        self._share_edited_state(undo, before)
+
+    def on_fit_start(self) -> None:
+        """Closed-form editing: apply every training case, export the result, undo the edits, and end the fit."""
+        cases = loader_cases(self.trainer.datamodule.train_dataloader())  # every case, on every process
+        self.check_cases(cases)
+        self._prepare()
+        undo = self.prepare_undo(self._requests(cases))
+        for _ in self._apply_in_order(cases, "edits"):
+            pass
+        if self.trainer.is_global_zero:
+            log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+            self.export(Path(self.output_dir) if self.output_dir else log_dir / "edited_model", cases)
+        self.undo(undo)
+        self.trainer.should_stop = True
+        self.trainer.num_sanity_val_steps = 0  # nothing to sanity-check: validation is its own run
+
+    def training_step(self, batch: list[EditCase], batch_idx: int) -> None:
+        raise RuntimeError(f"{type(self).__name__} edits in closed form in on_fit_start; it has no training step")
+
+    def configure_optimizers(self) -> None:
+        return None  # nothing is trained
+
+    def _note_ignored_settings(self) -> None:
+        if self.protocol != "sequential" and self.edit_batch_size != 1:
+            together = {"single": "each case is edited alone", "batch": "a data batch is edited together"}
+            rank_zero_info(
+                f"edit_batch_size={self.edit_batch_size} is read by protocol 'sequential' and fit only; ignored "
+                f"under {self.protocol!r}, where {together[self.protocol]}"
+            )
+
+    def _check_batch_limit(self, loader: DataLoader) -> None:
+        """Under ``sequential``, a trainer batch limit would apply every edit but score only some cases."""
+        limit = self.trainer.limit_test_batches if self.trainer.testing else self.trainer.limit_val_batches
+        every_batch = limit >= 1.0 if isinstance(limit, float) else limit >= len(loader)  # an int counts batches
+        if self.protocol == "sequential" and not every_batch:
+            raise ConfigError(
+                f"trainer.limit_{'test' if self.trainer.testing else 'val'}_batches={limit} would score only some "
+                "of the cases the sequential protocol edits: limit the benchmark instead (--data.limit)"
+            )
+
+    def _start(self, loader: DataLoader) -> None:
+        self._note_ignored_settings()
+        self._check_batch_limit(loader)
+        cases = loader_cases(loader)
+        if self.in_context is not None:  # every case, so that a case the pool cannot serve stops every process
+            self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer).contexts(cases)
+        self.check_cases(cases, self._contexts)  # every case, on every process, before any weight changes
+        self._check_declared(cases)
+        for name in self.metrics:  # an empty update on every process: the gathered states then share dtypes
+            self._update_metrics({name: (self.metric_kinds[name], [])})
+        self._prepare()
+        if self.protocol == "sequential":
+            self._apply_sequentially(cases, loader_cases(loader, local=True))
+
+    def on_validation_start(self) -> None:
+        self._start(self.trainer.val_dataloaders)
+
+    def on_test_start(self) -> None:
+        self._start(self.trainer.test_dataloaders)
+
+    def validation_step(self, batch: list[EditCase], batch_idx: int) -> None:
+        self._score(batch)
+        self._stop_if_requested(batch_idx)
+
+    def _score(self, batch: list[EditCase]) -> None:
+        """Score a batch of cases under the protocol (edited, scored and undone, or scored after the sequence)."""
+        scorer = self._scorer()
+        if self._sequential is not None:
+            self._update_metrics(scorer.score(batch, self._sequential[1], self._contexts))
+            return
+        reference = scorer.reference(batch)
+        self._update_metrics(scorer.score_unedited(batch, reference, self.scoring.pre_edit))
+        chained = any(len(case.editor_calls) > 1 for case in batch)  # low-rank edits of the unedited model cannot chain
+        if self.protocol == "single" and self.edits_weights and self.batched_single and not chained:
+            rows = self.low_rank_edits([case.requests for case in batch])
+            if rows is not None:
+                with rows:
+                    owners = {case.case_id: owner for owner, case in enumerate(batch)}
+                    self._update_metrics(scorer.score(batch, reference, self._contexts, owners))
+                return
+        if self.protocol == "single" and self.edits_weights:
+            edit_groups = [[case] for case in batch]
+        else:
+            edit_groups = [batch]
+        for cases in edit_groups:
+            with self.edits_applied(self._requests(cases), self._editor_calls(cases)):
+                scores = scorer.score(cases, reference, self._contexts)
+            self._update_metrics(scores)
+
+    def _stop_if_requested(self, batch_idx: int) -> None:
+        """After a batch during which this process received SIGTERM (judge requests stop at once, the edits are
+        undone), raise :class:`~lightning_edit.errors.Interrupted`: no results are written from a part of the cases;
+        the judges' verdicts so far are in their caches, for the next run."""
+        if self.trainer.received_sigterm or stop_requested() is not None:
+            raise Interrupted(
+                f"scoring stopped by SIGTERM in batch {batch_idx + 1}; no results are written, the judges' verdicts "
+                "so far are cached: run the same command again"
+            )
+
+    def test_step(self, batch: list[EditCase], batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+    def on_validation_epoch_end(self) -> None:
+        """The metrics (``super()``); then, after a sequential run, every edit is undone."""
+        super().on_validation_epoch_end()
+        if self._sequential is not None:
+            self.undo(self._sequential[0])
+            self._sequential = None
