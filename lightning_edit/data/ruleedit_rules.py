@@ -6,7 +6,7 @@ an angle, ``min``/``max``. Every rule also has a natural-language description an
 description (a plausible error: a wrong constant, a missing factor, a swapped operation, a wrong exponent), the
 variables with their meaning and the ranges instances are drawn from, and the constraints that make a shape valid.
 Where the paper's table is ambiguous or wrong, the choice is written in the rule's ``note``. The table is data,
-``assets/data/ruleedit_rules.json`` (:data:`TABLE`); this module reads it.
+``assets/tables/ruleedit_rules.json`` (:data:`TABLE`); this module reads it.
 
 Table 5 lists 36 rows under a caption of 35 rules (the paper's text: 79 rules in all); the sphere's radius
 ``r = d/2`` repeats the circle's radius rule word for word and is left out (:data:`OMITTED`).
@@ -165,9 +165,8 @@ def article(noun: str) -> str:
     return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
 
-#: The table itself, data rather than code: ``assets/data/ruleedit_rules.json`` (rules in order of their ids; fields at
-#: their defaults are left out).
-TABLE = ASSETS_DIR / "data" / "ruleedit_rules.json"
+#: The table itself, data rather than code (rules in order of their ids; fields at their defaults are left out).
+TABLE = ASSETS_DIR / "tables" / "ruleedit_rules.json"
 
 
 def _rule(index: int, spec: dict[str, Any]) -> Rule:

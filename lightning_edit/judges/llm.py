@@ -1,24 +1,32 @@
 """LLM judges: a prompt template filled per item, a model's reply, and a strict parser of the verdict.
 
 Templates are text files: the shipped ones in ``lightning_edit/judges/templates/`` (edit them there, or pass a path
-to your own). A template may start with a ``[SYSTEM]`` section; the text after ``[USER]`` (or the whole file) is the
-user message. Fields are written ``{name}``: ``{question}``, ``{reference}`` (the first reference),
-``{references}`` (all, one per line), ``{prediction}``, and any field of the item's context (``{target_true}``);
-other braces are left alone, and a field the item lacks is an error.
+to your own). A template may start with a ``[SYSTEM]`` section (an empty one sends an empty system message); the text
+after ``[USER]`` (or the whole file) is the user message. Fields are written ``{name}``: ``{question}``,
+``{reference}`` (the first reference), ``{references}`` (all, one per line), ``{prediction}``, and any field of the
+item's context (``{target_true}``); other braces are left alone, and a field the item lacks is an error.
 
 The shipped templates:
 
 - ``rule_edit`` (binary): semantic equivalence of a rule answer to the reference, as RULE-EDIT (Liu et al.) grades
   reliability and generalisation with DeepSeek-V3.1 (§3.2, §5.1). The paper does not print its grading prompt;
-  this one is written from its description and its own example (``A = x × y`` vs ``Area = W × L``).
+  this one is written from its description and its own example (``A = x × y`` vs ``Area = W × L``), and is stricter
+  than the prompt of DMLE's code (several formulas or a contradiction fail; a verdict must be parsed).
+- ``rule_edit_ab`` (binary, read ``exactly_a``): written here after the criteria of the prompt in DMLE's evaluation
+  code (``evaluate_utils.py``): an answer is correct if it includes the correct formula, the final number or an
+  equivalent description, whatever else it says; incorrect only for a wrong operation, a contradiction or no answer;
+  the reply is ``A`` or ``B``. The reference's own prompt is the user's to supply, as a file, with
+  ``reading: exactly_a``.
 - ``scedit_executability``, ``scedit_coherence``, ``scedit_consistency``, ``scedit_completeness`` (7-point Likert):
   ScEdit's four text-level scales (Li et al., appendix C.1, Figures 8-11), verbatim but for the few-shot examples
   the paper omits; context fields ``prompt``, ``target_true``, ``target_new`` and (completeness) ``tag``.
 
-Verdicts are parsed strictly. Binary: a JSON object whose ``verdict`` (the template's key) is ``yes`` or ``no``, a
-line ``verdict: yes``, or a reply that is only ``yes`` or ``no``. Likert: the key's value (``{"coherence": 5}``,
-``coherence:5``) or a reply that is only the number, an integer from 1 to 7. Anything else, a number out of the
-scale, or several different verdicts in one reply, is a missing verdict (never 0), with the reason.
+Verdicts are parsed strictly (``reading: strict``, the default), except with ``reading: exactly_a`` (DMLE's reading:
+1 if the stripped reply is exactly ``A``, 0 for any other reply, never missing). Strictly, binary: a JSON object
+whose ``verdict`` (the template's key) is ``yes`` or ``no``, a line ``verdict: yes``, or a reply that is only ``yes``
+or ``no``. Likert: the key's value (``{"coherence": 5}``, ``coherence:5``) or a reply that is only the number, an
+integer from 1 to 7. Anything else, a number out of the scale, or several different verdicts in one reply, is a
+missing verdict (never 0), with the reason.
 """
 
 from __future__ import annotations
@@ -27,20 +35,24 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lightning_edit.errors import ConfigError, require
 from lightning_edit.judges.base import Judge, JudgeInput, Scale, Verdict
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
+Reading = Literal["strict", "exactly_a"]
 #: shipped template -> (scale, key of the verdict in the reply)
 TEMPLATES: dict[str, tuple[Scale, str]] = {
     "rule_edit": ("binary", "verdict"),
+    "rule_edit_ab": ("binary", "A"),
     "scedit_executability": ("likert7", "executability"),
     "scedit_coherence": ("likert7", "coherence"),
     "scedit_consistency": ("likert7", "consistency"),
     "scedit_completeness": ("likert7", "completeness"),
 }
+#: how a shipped template's reply is read when not ``strict`` (:func:`parse_verdict`)
+READINGS: dict[str, Reading] = {"rule_edit_ab": "exactly_a"}
 _FIELD = re.compile(r"\{(\w+)\}")
 _BINARY = {"yes": 1.0, "no": 0.0}
 
@@ -67,12 +79,16 @@ def render(text: str, item: JudgeInput) -> list[dict[str, str]]:
         raise ValueError(f"the judge template needs fields {missing}, which the item's context does not give")
     filled = _FIELD.sub(lambda match: fields[match.group(1)], text)
     system, _, user = filled.partition("[USER]") if "[USER]" in filled else ("", "", filled)
+    has_system = system.lstrip().startswith("[SYSTEM]")  # an empty section is an empty system message (DMLE's)
     system = system.replace("[SYSTEM]", "", 1).strip()
-    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user.strip()}]
+    return ([{"role": "system", "content": system}] if has_system else []) + [{"role": "user", "content": user.strip()}]
 
 
-def parse_verdict(reply: str, scale: Scale, key: str) -> tuple[float | None, str]:
-    """``(score, reason)`` from a judge's reply; the score is None when the reply gives no valid verdict."""
+def parse_verdict(reply: str, scale: Scale, key: str, reading: Reading = "strict") -> tuple[float | None, str]:
+    """``(score, reason)`` from a judge's reply; the score is None when the reply gives no valid verdict (never with
+    ``reading: exactly_a``: 1 if the stripped reply is ``A``, else 0)."""
+    if reading == "exactly_a":
+        return (1.0, "the reply is A") if reply.strip() == "A" else (0.0, f"the reply {reply.strip()[:40]!r} is not A")
     found: list[str] = []
     reason = ""
     for block in re.findall(r"\{[^{}]*\}", reply):
@@ -112,6 +128,8 @@ class LLMJudge(Judge):
         template: a shipped template's name (``rule_edit``, ``scedit_coherence``, ...) or a template file's path.
         scale: ``binary`` or ``likert7``; a shipped template has its own (None).
         key: the verdict's key in the reply (``verdict``, ``coherence``); a shipped template has its own (None).
+        reading: ``strict`` (a parsed verdict, else missing) or ``exactly_a`` (1 if the reply is exactly ``A``, else
+            0: DMLE's); a shipped template has its own (None).
         max_tokens: the reply's token budget.
         temperature: sampling temperature of the judge (0: greedy).
         cache_dir: the verdict cache (default ``$LIGHTNING_EDIT_CACHE/judges``).
@@ -127,6 +145,7 @@ class LLMJudge(Judge):
         max_tokens: int = 256,
         temperature: float = 0.0,
         cache_dir: str | None = None,
+        reading: Reading | None = None,
     ):
         super().__init__(cache_dir)
         self.template, self.template_text = load_template(template)
@@ -135,12 +154,16 @@ class LLMJudge(Judge):
             raise ConfigError(f"template {template!r} is not shipped: give its scale and key")
         require(max_tokens >= 1, "max_tokens", max_tokens, "the reply's token budget, at least 1")
         require(temperature >= 0, "temperature", temperature, "0 (greedy) or more")
+        self.reading = reading or READINGS.get(template, "strict")
+        require(self.reading in ("strict", "exactly_a"), "reading", self.reading, "strict or exactly_a")
         self.scale, self.key = scale or shipped_scale, (key or shipped_key).lower()
         self.max_tokens, self.temperature = max_tokens, temperature
-        self.convention = (
-            f"{'1 if yes, 0 if no' if self.scale == 'binary' else '7-point Likert rating (1 worst, 7 best)'}, "
-            f"by an LLM judge with the {self.template} template; an unparsable or failed verdict is missing"
-        )
+        if self.reading == "exactly_a":
+            read = "1 if the reply is exactly A, else 0"
+        else:
+            read = "1 if yes, 0 if no" if self.scale == "binary" else "7-point Likert rating (1 worst, 7 best)"
+        missing = "a failed request" if self.reading == "exactly_a" else "an unparsable or failed verdict"
+        self.convention = f"{read}, by an LLM judge with the {self.template} template; {missing} is missing"
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -148,6 +171,7 @@ class LLMJudge(Judge):
             "template_sha256": hashlib.sha256(self.template_text.encode()).hexdigest(),
             "scale": self.scale,
             "key": self.key,
+            **({"reading": self.reading} if self.reading != "strict" else {}),  # strict: the digests of older caches
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
         }
@@ -163,6 +187,6 @@ class LLMJudge(Judge):
             if reply is None:
                 verdicts.append(Verdict(None, f"request failed: {error}", failed=True))
             else:
-                score, reason = parse_verdict(reply, self.scale, self.key)
+                score, reason = parse_verdict(reply, self.scale, self.key, self.reading)
                 verdicts.append(Verdict(score, reason, reply))
         return verdicts

@@ -178,3 +178,27 @@ def test_a_local_judge_scores_a_judged_kind_in_the_scorer(tmp_path):
 def test_an_llm_judge_setting_out_of_range_is_one_line(setting, value):
     with pytest.raises(ConfigError, match=rf"judge local_lm: {setting}={value}: "):
         build_judge({"class_path": "local_lm", "init_args": {"path": "builtin:models/toy-judge-gpt2", setting: value}})
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"), [("A", 1.0), (" A\n", 1.0), ("B", 0.0), ("A.", 0.0), ("a", 0.0), ("", 0.0)]
+)
+def test_dmle_reading_scores_1_only_for_exactly_a_and_never_misses(reply, score):
+    assert parse_verdict(reply, "binary", "A", reading="exactly_a")[0] == score
+
+
+def test_the_ab_template_is_read_as_dmle_reads_its_judge(tmp_path):
+    from lightning_edit.judges.llm import LLMJudge
+
+    class Replies(LLMJudge):
+        def complete(self, conversations):
+            return [("A", None), ("B", None), ("The answer is A", None), (None, "timeout")][: len(conversations)]
+
+    judge = Replies("rule_edit_ab", cache_dir=str(tmp_path))
+    assert judge.reading == "exactly_a" and judge.settings()["reading"] == "exactly_a"
+    assert "settings" not in judge.convention and judge.convention.startswith("1 if the reply is exactly A, else 0")
+    items = [JudgeInput.of("What is the area?", "A = x * y", p) for p in ("A = xy", "A = x+y", "x y", "?")]
+    assert [v.score for v in judge.evaluate(items)] == [1.0, 0.0, 0.0, None]  # a failed request stays missing
+    assert "reading" not in Replies("rule_edit", cache_dir=str(tmp_path)).settings()  # older caches keep their keys
+    with pytest.raises(ConfigError, match="reading='loose'"):
+        Replies("rule_edit", cache_dir=str(tmp_path), reading="loose")
