@@ -15,13 +15,12 @@ from __future__ import annotations
 from typing import Literal
 
 from lightning_edit.errors import ConfigError
-from lightning_edit.judges.kind import Generation, register_judged_kind
 
 AnswerContext = Literal["bare", "qa_inst"]
 #: the prompt as each context asks it (``qa_inst``: QAEdit's ``context_type: qa_inst``)
 CONTEXTS: dict[str, str] = {"bare": "{}", "qa_inst": "Please answer the question:\n\nQ: {}\nA:"}
 #: QAEdit's generation: greedy, 50 new tokens at most, stopped at a sentence end or a newline (and EOS)
-GENERATION = Generation(max_new_tokens=50, stop=(".", "\n"))
+MAX_NEW_TOKENS, STOP = 50, (".", "\n")
 
 
 def answer_kinds(context: AnswerContext) -> dict[str, str]:
@@ -34,8 +33,10 @@ def answer_kinds(context: AnswerContext) -> dict[str, str]:
 
 def register_answer_kinds(context: AnswerContext) -> dict[str, str]:
     """Register the kinds of :func:`answer_kinds` (before the prompt groups that name them are built)."""
+    from lightning_edit.judges.kind import Generation, register_judged_kind  # judges load only when used
+
     names = answer_kinds(context)
-    generation = Generation(GENERATION.max_new_tokens, stop=GENERATION.stop, template=CONTEXTS[context])
+    generation = Generation(MAX_NEW_TOKENS, stop=STOP, template=CONTEXTS[context])
     register_judged_kind(names["exact"], "exact_match", generation, label="generated, exact match")
     register_judged_kind(names["contains"], "contains", generation, label="generated, contains")
     register_judged_kind(names["unchanged"], "exact_match", generation, "generated, unchanged", against_unedited=True)
