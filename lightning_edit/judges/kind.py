@@ -157,11 +157,16 @@ class JudgedKind(ScoreKind):
             "out (n_missing)"
         )
 
+    def _asked(self, item: PromptItem, prompt: str) -> str:
+        """The prompt inside the generation's template; in-context text, if any, stays before the template."""
+        if self.generation.template == "{}":
+            return prompt
+        context = prompt[: -len(item.bare_prompt)] if prompt.endswith(item.bare_prompt) else ""
+        return context + self.generation.template.format(prompt[len(context) :])
+
     def _generate(self, item: PromptItem, prompt: str, config: Any) -> Generate:
         g = self.generation
-        if g.template != "{}":  # in-context text, if any, stays before the template
-            context = prompt[: -len(item.bare_prompt)] if prompt.endswith(item.bare_prompt) else ""
-            prompt = context + g.template.format(prompt[len(context) :])
+        prompt = self._asked(item, prompt)
         seed = config.seed + item.case_id if g.do_sample else 0
         per_token_of = item.expected if g.per_expected_token else None
         return Generate(prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop, per_token_of)
@@ -174,7 +179,7 @@ class JudgedKind(ScoreKind):
         """The prompt and the answer's whole budget must fit in the model's positions."""
         g = self.generation
         budget = answer_budget(tokenizer, g.max_new_tokens, item.expected if g.per_expected_token else None)
-        length = len(encode_prompt(tokenizer, item.prompt))
+        length = len(encode_prompt(tokenizer, self._asked(item, item.prompt)))
         if positions is not None and length + budget > positions:
             raise ValueError(
                 f"the prompt {item.prompt[:60]!r}... is {length} tokens long and its generated answer may take "
