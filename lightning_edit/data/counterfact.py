@@ -88,9 +88,8 @@ class CounterFact(EditDataModule):
     def declared_metrics(self) -> dict[str, str]:
         metrics = {"ES": "prob", "rewrite_acc": "token_acc", "PS": "prob", "rephrase_acc": "token_acc"}
         metrics |= {"NS": "prob", "locality_acc": "agreement"}
-        if self.answer_kinds:
-            for metric, locality in (("ES", False), ("PS", False), ("NS", True)):
-                metrics |= {name: kind for kind, name in answer_metrics(self.answer_kinds, metric, locality).items()}
+        for group in _GENERATED if self.answer_kinds else ():
+            metrics |= {name: kind for kind, name in _generated(self.answer_kinds, group).items()}
         return metrics | ({"GE": "entropy"} if self.generation else {})
 
     def _rome_case(self, reader: RecordReader) -> EditCase:
@@ -146,18 +145,23 @@ def _groups(
     """The groups of both formats: rewrite (ES), paraphrase (PS) and neighborhood (NS, the true answer preferred),
     with the generated-answer metrics of ``answers`` (:func:`~lightning_edit.data.answers.answer_kinds`)."""
     new, true = request.target_new, request.target_true
-
-    def generated(metric: str, locality: bool = False) -> dict[str, str]:
-        return answer_metrics(answers, metric, locality) if answers else {}
-
-    rewrite = {"prob": "ES", "token_acc": "rewrite_acc"} | generated("ES")
-    paraphrase = {"prob": "PS", "token_acc": "rephrase_acc"} | generated("PS")
-    neighborhood = {"prob": "NS", "agreement": "locality_acc"} | generated("NS", locality=True)
+    rewrite = {"prob": "ES", "token_acc": "rewrite_acc"} | _generated(answers, "rewrite")
+    paraphrase = {"prob": "PS", "token_acc": "rephrase_acc"} | _generated(answers, "paraphrase")
+    neighborhood = {"prob": "NS", "agreement": "locality_acc"} | _generated(answers, "neighborhood")
     return {
         "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, **rewrite),
         "paraphrase": PromptGroup.shared_answer(paraphrases, new, true, **paraphrase),
         "neighborhood": PromptGroup.shared_answer(neighbours, neighbour_answer, new, **neighborhood),
     }
+
+
+#: group -> (the metric its generated answers are named after, whether it is a locality group)
+_GENERATED = {"rewrite": ("ES", False), "paraphrase": ("PS", False), "neighborhood": ("NS", True)}
+
+
+def _generated(answers: dict[str, str] | None, group: str) -> dict[str, str]:
+    """Kind -> name of the group's generated-answer metrics (none without ``generated_answers``)."""
+    return answer_metrics(answers, *_GENERATED[group]) if answers else {}
 
 
 def _rest(fields: dict[str, Any], used: set[str]) -> dict[str, Any]:

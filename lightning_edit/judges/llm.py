@@ -81,7 +81,8 @@ def render(text: str, item: JudgeInput) -> list[dict[str, str]]:
     system, _, user = filled.partition("[USER]") if "[USER]" in filled else ("", "", filled)
     has_system = system.lstrip().startswith("[SYSTEM]")  # an empty section is an empty system message (DMLE's)
     system = system.replace("[SYSTEM]", "", 1).strip()
-    return ([{"role": "system", "content": system}] if has_system else []) + [{"role": "user", "content": user.strip()}]
+    messages = [{"role": "system", "content": system}] if has_system or system else []
+    return messages + [{"role": "user", "content": user.strip()}]
 
 
 def parse_verdict(reply: str, scale: Scale, key: str, reading: Reading = "strict") -> tuple[float | None, str]:

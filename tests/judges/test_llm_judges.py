@@ -70,6 +70,8 @@ def test_shipped_templates_render_with_their_fields():
     assert '{"verdict": "yes"}' in render(load_template("rule_edit")[1], item)[1]["content"]  # JSON braces kept
     with pytest.raises(ValueError, match="target_true"):
         render(load_template("scedit_coherence")[1], JudgeInput.of("q", "r", "p"))
+    preamble = render("Be brief.\n[USER]\n{prediction}", item)  # text before [USER] without the tag: the system
+    assert preamble == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": item.prediction}]
 
 
 def test_the_local_judge_runs_on_the_toy_model(tmp_path):
@@ -196,7 +198,7 @@ def test_the_ab_template_is_read_as_dmle_reads_its_judge(tmp_path):
 
     judge = Replies("rule_edit_ab", cache_dir=str(tmp_path))
     assert judge.reading == "exactly_a" and judge.settings()["reading"] == "exactly_a"
-    assert "settings" not in judge.convention and judge.convention.startswith("1 if the reply is exactly A, else 0")
+    assert judge.convention.startswith("1 if the reply is exactly A, else 0")
     items = [JudgeInput.of("What is the area?", "A = x * y", p) for p in ("A = xy", "A = x+y", "x y", "?")]
     assert [v.score for v in judge.evaluate(items)] == [1.0, 0.0, 0.0, None]  # a failed request stays missing
     assert "reading" not in Replies("rule_edit", cache_dir=str(tmp_path)).settings()  # older caches keep their keys
