@@ -1,13 +1,16 @@
 """Editors on a real pretrained model with its preset: metrics, seconds per edit and peak memory (not a test).
 
     python benchmarks/real_editing.py --preset smollm2-135m --data <dir>/counterfact-edit-1k.json --limit 100 \
-        --methods unedited ROME MEMIT
+        --methods unedited ROME MEMIT --stats-corpus smollm2-samples.jsonl
+    python benchmarks/real_editing.py --data <dir>/counterfact-val.json --offset 200 --limit 100 --methods ROME \
+        --stats-corpus smollm2-samples.jsonl --flags --trainer.accelerator cuda
     python benchmarks/real_editing.py --preset smollm2-135m --benchmark zsre --data <dir>/zsre_mend_eval.json
     python benchmarks/real_editing.py --preset smollm2-135m --benchmark ruleedit --data builtin:data/ruleedit --limit 79
 
 Each row is one ``lightning-edit validate`` command in a process of its own (printed on stderr), composed of
 ``configs/methods/<method>.yaml``, ``configs/models/<preset>.yaml`` (editors that take no preset get its ``lm.path``)
-and ``configs/benchmarks/<benchmark>.yaml``, then ``--flags``. Seconds per edit are the whole command's wall clock
+and ``configs/benchmarks/<benchmark>.yaml``, then the key-statistics options (only for the editors that take them) and
+``--flags``. Seconds per edit are the whole command's wall clock
 (model loading and the unedited checks included) over the number of edits; peak memory is the process's maximum
 resident set. Metrics are macro means (ROME's aggregation). Each run's results.json is under ``--root``.
 """
@@ -41,6 +44,8 @@ METHODS = {
     "PROMPT": ("prompt", False, []),
     "IKE": ("ike", False, []),  # give its pool: --flags --model.in_context.pool <file>
 }
+#: the editors that read key statistics C (``--model.stats``)
+TAKES_STATS = {"ROME", "r-ROME", "MEMIT", "AlphaEdit", "RECT"}
 METRICS = {
     "counterfact": ("ES", "PS", "NS", "rewrite_acc", "rephrase_acc", "locality_acc"),  # ROME's and EasyEdit's
     "zsre": ("rewrite_acc", "rephrase_acc", "locality_acc"),
@@ -83,7 +88,10 @@ def main() -> None:
     parser.add_argument("--preset", default="smollm2-135m", help="configs/models/<preset>.yaml")
     parser.add_argument("--benchmark", default="counterfact", choices=sorted(METRICS))
     parser.add_argument("--data", required=True, help="the benchmark file")
+    parser.add_argument("--offset", type=int, default=0, help="cases skipped first (--data.offset)")
     parser.add_argument("--limit", type=int, default=100)
+    parser.add_argument("--stats-corpus", help="key-statistics corpus for the editors that take one")
+    parser.add_argument("--stats-samples", type=int, default=600, help="its documents (--model.stats.n_samples)")
     parser.add_argument("--methods", nargs="+", default=["unedited", "ROME", "MEMIT"], choices=list(METHODS))
     parser.add_argument("--protocol", default="single")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="appended to every command")
@@ -95,7 +103,10 @@ def main() -> None:
     rows = []
     for method in args.methods:
         directory = root / f"{args.preset}-{args.benchmark}-{args.protocol}-{method}"
-        flags = [f"--data.path={args.data}", f"--data.limit={args.limit}", *args.flags]
+        flags = [f"--data.path={args.data}", f"--data.offset={args.offset}", f"--data.limit={args.limit}"]
+        if args.stats_corpus and method in TAKES_STATS:
+            flags += [f"--model.stats.corpus={args.stats_corpus}", f"--model.stats.n_samples={args.stats_samples}"]
+        flags += args.flags
         seconds, memory = run(
             command(method, args.preset, args.benchmark, directory, flags, args.protocol), args.threads
         )

@@ -115,6 +115,7 @@ class RunReport(Callback):
             "cases": len(cases),
             "skipped_records": getattr(datamodule, "skipped", []),
             "target_equals_true": getattr(datamodule, "target_equals_true", []),
+            "skipped_requests": module.skipped_requests,  # requests the editor cannot edit (EditorModule.cannot_edit)
         }
         notes = datamodule.run_notes(module) if isinstance(datamodule, EditDataModule) else {}
         seconds = time.perf_counter() - self.start

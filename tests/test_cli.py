@@ -39,7 +39,7 @@ def test_validate_flat_counterfact(tmp_path):
     assert metrics["locality_acc"]["macro"] == 1.0  # the unedited model agrees with itself
     assert 0.0 <= metrics["ES"]["macro"] <= 1.0 and metrics["ES"]["kind"] == "prob"
     assert "probability comparison" in metrics["ES"]["convention"]
-    assert results["counts"] == {"cases": 5, "skipped_records": [], "target_equals_true": []}
+    assert results["counts"] == {"cases": 5, "skipped_records": [], "target_equals_true": [], "skipped_requests": []}
     assert results["config"]["model"]["init_args"]["lm"]["path"] == "builtin:models/tiny-gpt2"
     assert results["versions"]["torch"] and "git_hash" in results
     table = (tmp_path / "results.md").read_text()
@@ -49,8 +49,10 @@ def test_validate_flat_counterfact(tmp_path):
 def test_validate_rome_counterfact_with_generation(tmp_path):
     results = validate(
         tmp_path,
-        "--config", str(ROOT / "configs/methods/no_edit.yaml"),
-        "--config", str(ROOT / "configs/benchmarks/counterfact.yaml"),
+        "--config",
+        str(ROOT / "configs/methods/no_edit.yaml"),
+        "--config",
+        str(ROOT / "configs/benchmarks/counterfact.yaml"),
         "--model.lm.path=builtin:models/tiny-gpt2",
         "--data.path=builtin:data/counterfact-rome.json",
         "--data.generation=true",
@@ -67,9 +69,12 @@ def test_validate_zsre_reports_skipped_records(tmp_path):
     """Also the unedited baseline of a composed editing run: method, preset, benchmark, then ``--model NoEdit``."""
     results = validate(
         tmp_path,
-        "--config", str(ROOT / "configs/methods/memit.yaml"),
-        "--config", str(ROOT / "configs/models/tiny-gpt2.yaml"),
-        "--config", str(ROOT / "configs/benchmarks/zsre.yaml"),
+        "--config",
+        str(ROOT / "configs/methods/memit.yaml"),
+        "--config",
+        str(ROOT / "configs/models/tiny-gpt2.yaml"),
+        "--config",
+        str(ROOT / "configs/benchmarks/zsre.yaml"),
         "--model=NoEdit",
     )
     assert results["config"]["model"]["class_path"] == "lightning_edit.editors.NoEdit"

@@ -66,7 +66,11 @@ def test_two_processes_equal_one(tmp_path, flags):
         assert result["n_cases"] == (5 if name.endswith("@5") else 11), name
         for aggregation in ("macro", "micro"):
             assert other[aggregation] == pytest.approx(result[aggregation], abs=1e-6), (name, aggregation)
-    assert one["counts"] == two["counts"] == {"cases": 11, "skipped_records": [], "target_equals_true": []}
+    assert (
+        one["counts"]
+        == two["counts"]
+        == {"cases": 11, "skipped_records": [], "target_equals_true": [], "skipped_requests": []}
+    )
 
     assert [c["case_id"] for c in one_cases] == [c["case_id"] for c in two_cases] == list(range(11))
     for mine, theirs in zip(one_cases, two_cases):

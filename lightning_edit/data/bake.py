@@ -66,6 +66,7 @@ class BAKE(EditDataModule):
         limit: keep only this many cases (quick runs); None keeps all.
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
         batch_size: edit cases per validation step.
+        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         variant: ``qa`` scores reverse QA and judgment; ``judge`` judgment only (a record's ``reverse_qa`` block is
             then ignored, as the paper's code does, with a logged note).
         convention: ``probability`` (the paper) or ``token_accuracy`` (the 2025 EasyEdit-based code).
@@ -89,8 +90,9 @@ class BAKE(EditDataModule):
         pre_edit_filter: bool = True,
         judge_template: str = "record",
         judge_candidates: tuple[str, str] | None = None,
+        offset: int = 0,
     ):
-        super().__init__(path, limit, sample_seed, batch_size)
+        super().__init__(path, limit, sample_seed, batch_size, offset)
         self.variant, self.convention, self.pre_edit_filter = variant, convention, pre_edit_filter
         template = JUDGE_TEMPLATES.get(judge_template, judge_template)
         if template and template.count("{}") != 1:

@@ -209,15 +209,25 @@ class EditDataModule(LightningDataModule, ABC):
 
     Args:
         path: the benchmark file.
+        offset: skip this many cases first (e.g. the records a preset was chosen on); ``limit`` counts after them.
         limit: keep only this many cases (quick runs); None keeps all.
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
         batch_size: edit cases per validation step (and per edit under the ``batch`` protocol); processes share
             the work batch by batch.
     """
 
-    def __init__(self, path: str, limit: int | None = None, sample_seed: int | None = None, batch_size: int = 8):
+    def __init__(
+        self,
+        path: str,
+        limit: int | None = None,
+        sample_seed: int | None = None,
+        batch_size: int = 8,
+        offset: int = 0,
+    ):
         super().__init__()
         self.save_hyperparameters()
+        if offset < 0:
+            raise ConfigError(f"data.offset={offset}: the number of cases to skip cannot be negative")
         if limit is not None and limit < 1:
             raise ConfigError(f"data.limit={limit}: keep at least 1 case, or leave it unset (null) to keep every case")
         if sample_seed is not None and limit is None:
@@ -225,6 +235,7 @@ class EditDataModule(LightningDataModule, ABC):
         if batch_size < 1:
             raise ConfigError(f"data.batch_size={batch_size}: must be at least 1")
         self.path, self.limit, self.sample_seed, self.batch_size = path, limit, sample_seed, batch_size
+        self.offset = offset
         self.cases: list[EditCase] = []
         self.skipped: list[dict[str, Any]] = []
         self.target_equals_true: list[int] = []  # records (or case ids) whose target_new is their target_true
@@ -303,6 +314,9 @@ class EditDataModule(LightningDataModule, ABC):
         if not cases:
             skipped = f" ({len(self.skipped)} skipped records)" if self.skipped else ""
             raise DataFormatError(self.path, f"no edit cases to evaluate{skipped}: the file holds no usable records")
+        if self.offset >= len(cases):
+            raise DataFormatError(self.path, f"data.offset={self.offset} skips all {len(cases)} edit cases")
+        cases = cases[self.offset :]
         if self.limit is not None and self.limit < len(cases):
             if self.sample_seed is None:
                 cases = cases[: self.limit]

@@ -124,6 +124,7 @@ class CaseEdit(EditDataModule):
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones (the paper
             draws its n edits at random).
         batch_size: edit cases per validation step.
+        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         convention: ``letter`` (the paper's: next-token logits of A-E after the listed options) or ``cloze``
             (option likelihoods after the question stem).
         answer_cue: the last line of a ``letter`` prompt. The letter follows it after a space (``ĠA``, ``▁A``)
@@ -139,8 +140,9 @@ class CaseEdit(EditDataModule):
         batch_size: int = 8,
         convention: Literal["letter", "cloze"] = "letter",
         answer_cue: str = "Answer:",
+        offset: int = 0,
     ):
-        super().__init__(path, limit, sample_seed, batch_size)
+        super().__init__(path, limit, sample_seed, batch_size, offset)
         self.convention, self.answer_cue = convention, answer_cue
 
     def load_cases(self) -> list[EditCase]:

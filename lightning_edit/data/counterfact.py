@@ -53,6 +53,7 @@ class CounterFact(EditDataModule):
         limit: keep only this many cases (quick runs); None keeps all.
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
         batch_size: edit cases per validation step.
+        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         generation: also score the ``generation_prompts`` by n-gram entropy (GE); ROME format only.
         generated_answers: also generate an answer to the rewrite, paraphrase and neighbourhood prompts and grade it
             (QAEdit: ES_gen, ES_gen_contains, PS_gen, PS_gen_contains, NS_gen; :mod:`lightning_edit.data.answers`),
@@ -67,8 +68,9 @@ class CounterFact(EditDataModule):
         batch_size: int = 8,
         generation: bool = False,
         generated_answers: AnswerContext | None = None,
+        offset: int = 0,
     ):
-        super().__init__(path, limit, sample_seed, batch_size)
+        super().__init__(path, limit, sample_seed, batch_size, offset)
         self.generation = generation
         self.generated_answers = generated_answers
         self.answer_kinds = answer_kinds(generated_answers) if generated_answers else None

@@ -6,9 +6,11 @@ the 3D rules that depend on them). ``builtin:data/ruleedit`` is the 79 rules of 
 :mod:`lightning_edit.data.ruleedit_generate`; ``ruleedit-200`` names the published RuleEdit-200 archive
 (:mod:`lightning_edit.data.sources`). The loader reads the format's quirks as they are: ``Rule_Understanding``
 strings in ``f_d.json`` but lists [formula, description] in ``ins.json``, ``ground_truth`` a list or absent, any
-number of instances. A file that cannot be read, a record with a missing, mistyped or blank field (an empty or
-whitespace-only prompt or answer) and a record whose ``case_id`` differs from its folder are left out and listed
-(file, record, reason) under ``counts.skipped_records`` in results.json; every other record loads. So is a rule
+number of instances. A file that cannot be read and a record with a missing, mistyped or blank field (an empty or
+whitespace-only prompt or answer) are left out and listed (file, record, reason) under ``counts.skipped_records`` in
+results.json; every other record loads. Read as DMLE's code reads them, and listed under ``benchmark.noted_records``:
+a ``case_id`` other than the folder's (the folder is the rule), an edit prompt without the subject (loaded whole: the
+editors that read keys at the subject leave it out), more answers than prompts or fewer (both cut to the shorter). So is a rule
 folder that repeats an earlier one, by its files (a copy under another name) or by its number (``01/`` after
 ``1/``): the first in folder order (``1/`` before ``01/``) is read, the other listed with the first one's path.
 Case ids are ``3 * folder position + view`` (formula 0, description 1, instance 2), since the records' own
@@ -32,6 +34,7 @@ The two judges' agreement on the answers both graded is in results.json (``judge
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -53,6 +56,8 @@ DEFAULT_JUDGE = {"symbolic_math": {"prose_references": "exact_match"}}
 #: the judged score kinds (``_unedited``: locality against the unedited model's answer)
 JUDGE_KIND, EXACT_MATCH_KIND = "ruleedit_judge", "ruleedit_exact_match"
 
+log = logging.getLogger(__name__)
+
 
 class RuleEdit(EditDataModule):
     """RULE-EDIT / RuleEdit-200 rule edits from a folder of rule folders.
@@ -66,6 +71,7 @@ class RuleEdit(EditDataModule):
         limit: keep only this many cases (quick runs); None keeps all.
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
         batch_size: edit cases per validation step.
+        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         task: which records become cases: ``formula``, ``description`` or ``instance`` edits (the paper's three
             tasks; metrics named as in its tables), ``all`` three (metrics prefixed by the task, ``formula_Rel``),
             or ``hierarchy`` (the Rule Hierarchical Test, ``hierarchy.json``).
@@ -105,8 +111,9 @@ class RuleEdit(EditDataModule):
         locality: Literal["ground_truth", "unedited"] = "ground_truth",
         locality_tokens: Literal["budget", "expected"] = "budget",
         new_tokens_per_answer_token: int = 3,
+        offset: int = 0,
     ):
-        super().__init__(path, limit, sample_seed, batch_size)
+        super().__init__(path, limit, sample_seed, batch_size, offset)
         if task not in (*VIEWS, "all", "hierarchy"):
             raise ConfigError(f"data.task={task!r}: one of formula, description, instance, all, hierarchy")
         if case_grouping not in ("records", "dmle_staged"):
@@ -131,6 +138,7 @@ class RuleEdit(EditDataModule):
         self.instance_edits = instance_edits or (1 if case_grouping == "dmle_staged" else 3)
         self.judge, self.locality, self.locality_tokens = judge or DEFAULT_JUDGE, locality, locality_tokens
         self.new_tokens_per_answer_token = new_tokens_per_answer_token
+        self.noted: list[dict[str, Any]] = []  # records read with a change (DMLE's reading), and what changed
 
     def _judged_tail(self, metric: str) -> str:
         """The suffix of the judged kinds of ``metric``: Loc's depend on ``locality`` and ``locality_tokens``."""
@@ -194,6 +202,7 @@ class RuleEdit(EditDataModule):
 
     def load_cases(self) -> list[EditCase]:
         self._register_judges()
+        self.noted = []
         if self.task == "hierarchy":
             return self._hierarchy_cases()
         cases = []
@@ -223,12 +232,10 @@ class RuleEdit(EditDataModule):
             reader = RecordReader(path, index, record)
             try:
                 request = self._request(reader, "hierarchy")
-                prompts = _strings(reader, "Hierarchy.prompt")
+                prompts, answers = self._aligned(reader, "Hierarchy.prompt", "Hierarchy.target_new")
                 groups = {
                     "reliability": self._group([request.filled_prompt], [request.target_new], "hierarchy", "Rel"),
-                    "hierarchy": self._group(
-                        prompts, _aligned(reader, "Hierarchy.target_new", len(prompts)), "hierarchy", "HG"
-                    ),
+                    "hierarchy": self._group(prompts, answers, "hierarchy", "HG"),
                 }
                 cases.append(EditCase(reader.get("case_id", int), (request,), groups, _source(reader)))
             except DataFormatError as error:
@@ -285,8 +292,7 @@ class RuleEdit(EditDataModule):
                 try:
                     case_id = reader.get("case_id", int)
                     if folder.name.isdigit() and case_id != int(folder.name):
-                        self.skip(index, f"case_id {case_id} differs from its folder {folder.name}", path)
-                        continue
+                        self._note(reader, f"case_id {case_id} differs from its folder: read as rule {folder.name}")
                     found[view] = (reader, *self._read(reader, view))
                 except DataFormatError as error:
                     self.skip(index, str(error), path)
@@ -294,18 +300,30 @@ class RuleEdit(EditDataModule):
 
     def _request(self, reader: RecordReader, view: str) -> EditRequest:
         """The record's edit: ``prompt`` -> ``target_new``, the subject matched case-insensitively."""
-        subject = _as_written(reader.string("prompt"), reader.string("subject"))
-        template, new = reader.template("prompt", subject), reader.answer("target_new")
+        prompt, new = reader.string("prompt"), reader.answer("target_new")
+        template, subject = self._template(reader, "prompt", prompt, reader.string("subject"))
         truth = _strings(reader, "ground_truth", default=[])
         extra = {"rule": reader.get("rule", str, ""), "view": view, "stage": "ins" if view == "instance" else "f_d"}
         return EditRequest(template, subject, new, truth[0] if truth else None, extra)
+
+    def _template(self, reader: RecordReader, field: str, prompt: str, subject: str) -> tuple[str, str]:
+        """(template, subject) of an edit prompt; a prompt without the subject stays whole (no ``{}``), noted: the
+        editors that read keys at the subject leave it out (EditorModule.cannot_edit), the others edit it."""
+        if not subject.strip():
+            raise reader.error("subject", f"empty string {subject!r}")
+        subject = _as_written(prompt, subject)
+        if subject in prompt and "{}" not in prompt:
+            return prompt.replace(subject, "{}", 1), subject
+        if "{}" in prompt:
+            return reader.template(field, subject), subject
+        self._note(reader, f"{field}: the subject {subject!r} does not occur in the prompt {prompt!r}")
+        return prompt, subject
 
     def _read(self, reader: RecordReader, view: str) -> tuple[tuple[EditRequest, ...], dict[str, PromptGroup]]:
         """The edit requests and the prompt groups of one record."""
         request = self._request(reader, view)
         new = request.target_new
-        instances = _strings(reader, "Instance.prompt")
-        instance_answers = _aligned(reader, "Instance.target_new", len(instances))
+        instances, instance_answers = self._aligned(reader, "Instance.prompt", "Instance.target_new")
         requests = [request]
         if view == "instance" and self.instance_edits > 1:
             edited = self.instance_edits - 1
@@ -313,16 +331,14 @@ class RuleEdit(EditDataModule):
                 message = f"{len(instances)} instances; instance_edits={self.instance_edits} needs {edited + 1}"
                 raise reader.error("Instance.prompt", message + " (some left for IP)")
             truths = (
-                _aligned(reader, "Instance.ground_truth", len(instances))
+                self._aligned(reader, "Instance.prompt", "Instance.ground_truth")[1]
                 if _has(reader, "Instance.ground_truth")
                 else []
             )
             for position in range(edited):
-                prompt, subject = instances[position], _as_written(instances[position], request.subject)
-                if subject not in prompt:
-                    message = f"subject {subject!r} does not occur in the prompt {prompt!r}"
-                    raise reader.error(f"Instance.prompt[{position}]", message)
-                template, truth = prompt.replace(subject, "{}", 1), truths[position] if truths else None
+                field = f"Instance.prompt[{position}]"
+                template, subject = self._template(reader, field, instances[position], request.subject)
+                truth = truths[position] if truths else None
                 requests.append(EditRequest(template, subject, instance_answers[position], truth, request.extra))
             instances, instance_answers = instances[edited:], instance_answers[edited:]
         groups = {
@@ -330,11 +346,10 @@ class RuleEdit(EditDataModule):
             "generalization": (_strings(reader, "rephrase_prompt"), None, "Gen"),
         }
         for block in ("neighborhood", "distracting"):
-            prompts = _strings(reader, f"locality.{block}.prompt")
-            groups[block] = (prompts, _aligned(reader, f"locality.{block}.ground_truth", len(prompts)), "Loc")
+            field = f"locality.{block}"
+            groups[block] = (*self._aligned(reader, f"{field}.prompt", f"{field}.ground_truth"), "Loc")
         groups["instance"] = (instances, instance_answers, "IP")
-        prompts = _strings(reader, "Rule_Understanding.prompt")
-        targets = _aligned(reader, "Rule_Understanding.target_new", len(prompts))
+        prompts, targets = self._aligned(reader, "Rule_Understanding.prompt", "Rule_Understanding.target_new")
         if view == "instance":
             if len(prompts) != 2:
                 raise reader.error("Rule_Understanding.prompt", f"expected [formula, description], found {prompts}")
@@ -358,6 +373,23 @@ class RuleEdit(EditDataModule):
     def _name(self, view: str, metric: str) -> str:
         """The reported name: the paper's, prefixed by the task under ``task: all``."""
         return f"{view}_{metric}" if self.task == "all" and self.case_grouping == "records" else metric
+
+    def _aligned(self, reader: RecordReader, prompts_field: str, answers_field: str) -> tuple[list[str], list[str]]:
+        """The prompts and their answers; when their counts differ, both cut to the shorter, as DMLE's code pairs
+        them (``zip``), and noted."""
+        prompts, answers = _strings(reader, prompts_field), _answers(reader, answers_field)
+        if len(prompts) != len(answers):
+            counts = f"{len(answers)} answers for {len(prompts)} prompts"
+            self._note(reader, f"{answers_field}: {counts}: the first {min(len(prompts), len(answers))} kept")
+        return prompts[: len(answers)], answers[: len(prompts)]
+
+    def _note(self, reader: RecordReader, change: str) -> None:
+        """A record read with a change: listed under ``benchmark.noted_records`` in results.json, and logged."""
+        self.noted.append({"file": str(reader.path), "record": reader.index, "change": change})
+        log.warning("%s: record %d: %s", reader.path, reader.index, change)
+
+    def run_notes(self, module: Any) -> dict[str, Any]:
+        return {"noted_records": self.noted} if self.noted else {}
 
     def _staged_case(
         self, position: int, records: list[tuple[RecordReader, tuple[EditRequest, ...], dict[str, PromptGroup]]]
@@ -409,12 +441,10 @@ def _as_written(prompt: str, subject: str) -> str:
     return subject
 
 
-def _aligned(reader: RecordReader, field: str, count: int) -> list[str]:
-    """A list answer with one entry per prompt (each entry a string, or a list whose first string counts)."""
+def _answers(reader: RecordReader, field: str) -> list[str]:
+    """A list answer, one entry per prompt (each entry a string, or a list whose first string counts)."""
     values = reader.get(field, (str, list))
     values = [values] if isinstance(values, str) else values
-    if len(values) != count:
-        raise reader.error(field, f"{len(values)} answers for {count} prompts")
     answers = []
     for position, value in enumerate(values):
         if isinstance(value, list) and value and isinstance(value[0], str):

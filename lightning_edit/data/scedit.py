@@ -113,6 +113,7 @@ class ScEdit(EditDataModule):
         limit: keep only this many cases (quick runs); None keeps all.
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
         batch_size: edit cases per validation step.
+        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         variant: ``cf`` (counterfactual edits) or ``t`` (temporal edits); a file of the other setting is an error.
         generation: also score the Script Questions by the n-gram entropy of a sampled script (GE).
         text_level: also judge the scripts the model writes for the Script Questions (CF): Exec, Coh, Cons, Comp.
@@ -137,8 +138,9 @@ class ScEdit(EditDataModule):
         judge: dict[str, Any] | None = None,
         script_prompt: str | None = None,
         script_max_new_tokens: int = SCRIPT_MAX_NEW_TOKENS,
+        offset: int = 0,
     ):
-        super().__init__(path, limit, sample_seed, batch_size)
+        super().__init__(path, limit, sample_seed, batch_size, offset)
         if text_level and variant != "cf":
             raise ConfigError("data.text_level judges scripts for ScEdit-CF's Script Questions; ScEdit-T has none")
         if judge is not None and (len(judge) != 1 or not isinstance(next(iter(judge.values())), dict)):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lightning_edit.scoring.kinds import score_kind
@@ -31,7 +31,9 @@ class EditRequest:
     """One fact to write into the model.
 
     Args:
-        prompt: template with ``{}`` where the subject goes, e.g. ``"The mother tongue of {} is"``.
+        prompt: template with ``{}`` where the subject goes, e.g. ``"The mother tongue of {} is"``; a prompt without
+            ``{}`` is one that does not hold the subject (some RuleEdit-200 instance prompts), which editors that
+            locate the subject leave out (:meth:`~lightning_edit.editors.base.EditorModule.cannot_edit`).
         subject: the subject string, e.g. ``"Danielle Darrieux"``.
         target_new: the new object, scored with a leading space, e.g. ``"English"``.
         target_true: the object the model is expected to know before the edit (None when unknown, as in zsRE).
@@ -44,9 +46,10 @@ class EditRequest:
     target_true: str | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
-    def __post_init__(self) -> None:
-        if "{}" not in self.prompt:
-            raise ValueError(f"prompt template {self.prompt!r} has no '{{}}' placeholder for the subject")
+    @property
+    def subject_in_prompt(self) -> bool:
+        """Whether the prompt holds the subject (a ``{}``)."""
+        return "{}" in self.prompt
 
     @property
     def filled_prompt(self) -> str:
@@ -137,6 +140,14 @@ class EditCase:
         """The requests as the editor calls that apply them, in order (one call unless ``calls`` splits them)."""
         bounds = [0, *itertools.accumulate(self.calls or (len(self.requests),))]
         return [self.requests[start:end] for start, end in zip(bounds, bounds[1:])]
+
+    def keeping(self, kept: list[bool]) -> EditCase:
+        """The case with only the requests where ``kept`` is true, each editor call keeping its own (calls left empty
+        are dropped)."""
+        bounds = [0, *itertools.accumulate(self.calls or (len(self.requests),))]
+        calls = [sum(kept[start:end]) for start, end in zip(bounds, bounds[1:])]
+        requests = tuple(request for request, keep in zip(self.requests, kept) if keep)
+        return replace(self, requests=requests, calls=tuple(c for c in calls if c) if self.calls else ())
 
     @property
     def metric_names(self) -> list[str]:

@@ -44,6 +44,7 @@ class ZsRE(EditDataModule):
         limit: keep only this many cases (quick runs); None keeps all.
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
         batch_size: edit cases per validation step.
+        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         edit_target: the edit target. "alt" edits towards ``alt`` as EasyEdit and MEND do (true answer ``answers[0]``;
             records with an empty ``alt`` are skipped and reported); "answers0" edits towards ``answers[0]`` as
             ROME and MEMIT do (true answer unknown).
@@ -60,10 +61,11 @@ class ZsRE(EditDataModule):
         batch_size: int = 8,
         edit_target: Literal["alt", "answers0"] = "alt",
         generated_answers: AnswerContext | None = None,
+        offset: int = 0,
     ):
         if edit_target not in ("alt", "answers0"):
             raise ConfigError(f"data.edit_target={edit_target!r}: one of alt, answers0")
-        super().__init__(path, limit, sample_seed, batch_size)
+        super().__init__(path, limit, sample_seed, batch_size, offset)
         self.edit_target, self.generated_answers = edit_target, generated_answers
         self.answer_kinds = answer_kinds(generated_answers) if generated_answers else None
 

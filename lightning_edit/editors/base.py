@@ -73,6 +73,8 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
 
     #: False for methods that never change weights (the baseline, in-context editors): cases are then scored together.
     edits_weights: bool = True
+    #: True for editors that read keys at the subject's tokens (locate-then-edit): see :meth:`cannot_edit`.
+    locates_subject: bool = False
 
     def __init__(
         self,
@@ -106,6 +108,8 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         self.results: dict[str, dict[str, Any]] = {}
         self.case_scores: dict[str, dict[int, float]] = {}  # metric -> case id -> mean over the case's prompts
         self._sequential: tuple[Undo, Reference] | None = None  # (undo of every edit, pre-edit reference)
+        self._left_out: dict[int, list[bool]] = {}  # case id -> which of its requests the editor edits
+        self.skipped_requests: list[dict[str, Any]] = []  # the requests it cannot edit, and why
 
     @abstractmethod
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
@@ -114,6 +118,13 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
     @abstractmethod
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """Write the requests into ``self.model`` in place."""
+
+    def cannot_edit(self, request: EditRequest) -> str | None:
+        """Why the editor leaves ``request`` out (listed in results.json, the rest of its case still edited and
+        scored), or None when it can edit it: an editor that :attr:`locates_subject` needs it in the prompt."""
+        if self.locates_subject and not request.subject_in_prompt:
+            return f"the prompt {request.prompt!r} does not hold the subject {request.subject!r}, where keys are read"
+        return None
 
     def low_rank_edits(self, groups: list[list[EditRequest]]) -> RowUpdates | None:
         """Each group's edit of the unedited model as low-rank updates, without writing a weight, for the batched

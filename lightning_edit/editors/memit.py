@@ -50,6 +50,8 @@ class MEMIT(EditorModule):
         **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (see EditorModule).
     """
 
+    locates_subject = True  # keys are read at the subject (fact_token)
+
     def __init__(
         self,
         lm: ModelSource,

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from lightning import LightningModule
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -130,6 +130,33 @@ class ProtocolRunner(LightningModule):
                 calls[-1] += case.requests
         return [call for call in calls if call]
 
+    def _leave_out_requests(self, cases: list[EditCase]) -> None:
+        """List the requests of ``cases`` the editor cannot edit (:meth:`cannot_edit`) in :attr:`skipped_requests`
+        (results.json's ``counts``); :meth:`_editable` then leaves them out."""
+        self._left_out, self.skipped_requests = {}, []
+        for case in cases:
+            reasons = [self.cannot_edit(request) for request in case.requests]
+            if any(reasons):
+                self._left_out[case.case_id] = [reason is None for reason in reasons]
+                self.skipped_requests += [
+                    {"case_id": case.case_id, "source": case.source, "request": position, "reason": reason}
+                    for position, reason in enumerate(reasons)
+                    if reason
+                ]
+        if self.skipped_requests:
+            unscored = sum(not any(kept) for kept in self._left_out.values())
+            rank_zero_warn(
+                f"{type(self).__name__} cannot edit {len(self.skipped_requests)} requests (first: "
+                f"{self.skipped_requests[0]['source']}: {self.skipped_requests[0]['reason']}); they are left out, "
+                f"{unscored} cases with no other request are not scored: listed under counts.skipped_requests"
+            )
+
+    def _editable(self, cases: list[EditCase]) -> list[EditCase]:
+        """``cases`` without the requests :meth:`_leave_out_requests` listed; a case left with none is dropped."""
+        left_out = self._left_out
+        kept = [case.keeping(left_out[case.case_id]) if case.case_id in left_out else case for case in cases]
+        return [case for case in kept if case.requests]
+
     def _scorer(self) -> CaseScorer:
         return CaseScorer(self.model, self.tokenizer, self.scoring)
 
@@ -199,6 +226,8 @@ class ProtocolRunner(LightningModule):
         """Closed-form editing: apply every training case, export the result, undo the edits, and end the fit."""
         cases = loader_cases(self.trainer.datamodule.train_dataloader())  # every case, on every process
         self.check_cases(cases)
+        self._leave_out_requests(cases)
+        cases = self._editable(cases)
         self._prepare()
         undo = self.prepare_undo(self._requests(cases))
         for _ in self._apply_in_order(cases, "edits"):
@@ -242,11 +271,12 @@ class ProtocolRunner(LightningModule):
             self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer).contexts(cases)
         self.check_cases(cases, self._contexts)  # every case, on every process, before any weight changes
         self._check_declared(cases)
+        self._leave_out_requests(cases)
         for name in self.metrics:  # an empty update on every process: the gathered states then share dtypes
             self._update_metrics({name: (self.metric_kinds[name], [])})
         self._prepare()
         if self.protocol == "sequential":
-            self._apply_sequentially(cases, loader_cases(loader, local=True))
+            self._apply_sequentially(self._editable(cases), self._editable(loader_cases(loader, local=True)))
 
     def on_validation_start(self) -> None:
         self._start(self.trainer.val_dataloaders)
@@ -260,6 +290,9 @@ class ProtocolRunner(LightningModule):
 
     def _score(self, batch: list[EditCase]) -> None:
         """Score a batch of cases under the protocol (edited, scored and undone, or scored after the sequence)."""
+        batch = self._editable(batch)
+        if not batch:
+            return
         scorer = self._scorer()
         if self._sequential is not None:
             self._update_metrics(scorer.score(batch, self._sequential[1], self._contexts))

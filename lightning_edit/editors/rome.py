@@ -53,6 +53,8 @@ class ROME(EditorModule):
         **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (see EditorModule).
     """
 
+    locates_subject = True  # keys are read at the subject (fact_token)
+
     def __init__(
         self,
         lm: ModelSource,

@@ -5,6 +5,7 @@ import pytest
 
 from lightning_edit.data import DataFormatError, EditCase, EditDataModule, EditRequest, PromptGroup
 from lightning_edit.data.base import RecordReader, read_records
+from lightning_edit.errors import ConfigError
 from lightning_edit.resources import ASSETS_DIR
 
 
@@ -121,6 +122,19 @@ def test_limit_takes_first_cases(numbers_file: Path):
     assert [case.case_id for case in dm.cases] == [0, 1, 2, 3, 4]
 
 
+def test_offset_skips_cases_before_limit_and_sampling(numbers_file: Path):
+    dm = Numbers(str(numbers_file), offset=15, limit=3)
+    dm.setup()
+    assert [case.case_id for case in dm.cases] == [15, 16, 17]
+    dm = Numbers(str(numbers_file), offset=15, limit=3, sample_seed=0)
+    dm.setup()
+    assert {case.case_id for case in dm.cases} <= {15, 16, 17, 18, 19}
+    with pytest.raises(DataFormatError, match="data.offset=20 skips all 20 edit cases"):
+        Numbers(str(numbers_file), offset=20).setup()
+    with pytest.raises(ConfigError, match="data.offset=-1"):
+        Numbers(str(numbers_file), offset=-1)
+
+
 def test_seeded_sample_is_deterministic_and_ordered(numbers_file: Path):
     def sample(seed: int) -> list[int]:
         dm = Numbers(str(numbers_file), limit=6, sample_seed=seed)
@@ -170,10 +184,21 @@ def test_dataloader_yields_lists_of_cases(numbers_file: Path):
 
 def test_hyperparameters_saved(numbers_file: Path):
     dm = Numbers(str(numbers_file), limit=3, sample_seed=1, batch_size=2)
-    assert dict(dm.hparams) == {"path": str(numbers_file), "limit": 3, "sample_seed": 1, "batch_size": 2}
+    assert dict(dm.hparams) == {"path": str(numbers_file), "limit": 3, "sample_seed": 1, "batch_size": 2, "offset": 0}
 
 
 def test_an_empty_answer_names_file_record_and_field(tmp_path):
     reader = RecordReader(tmp_path / "cf.json", 7, {"target_new": {"str": " "}})
     with pytest.raises(DataFormatError, match=r"cf.json: record 7: field 'target_new': empty answer"):
         reader.answer("target_new")
+
+
+def test_a_request_without_the_subject_and_a_case_keeping_some_of_its_requests():
+    whole = EditRequest("What is 2 + 2?", "addition", "5")
+    assert not whole.subject_in_prompt and whole.filled_prompt == "What is 2 + 2?"
+    requests = tuple(EditRequest("{} is", f"s{i}", "new") for i in range(3))
+    case = EditCase(7, requests, {}, "f.json#7", calls=(2, 1))
+    kept = case.keeping([True, False, True])
+    assert kept.requests == (requests[0], requests[2]) and kept.calls == (1, 1) and kept.source == case.source
+    assert case.keeping([True, True, False]).calls == (2,)
+    assert EditCase(8, requests, {}).keeping([False, True, True]).calls == ()  # one call, as before

@@ -5,6 +5,7 @@ import json
 import math
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from lightning_edit.data.ruleedit import EXACT_MATCH_KIND, JUDGE_KIND
 from lightning_edit.errors import ConfigError
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "data" / "ruleedit200"
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 BUILTIN = "builtin:data/ruleedit"
 
 
@@ -35,19 +37,75 @@ def kinds_of(metric: str) -> dict[str, str]:
     return {JUDGE_KIND: metric, EXACT_MATCH_KIND: f"{metric}_exact_match", "token_acc": f"{metric}_token_acc"}
 
 
-def test_malformed_file_and_case_id_mismatch_are_reported_by_path_and_the_rest_loads():
+def test_only_an_unreadable_file_is_skipped_and_a_case_id_differing_from_its_folder_is_read_by_folder():
     dm = load(task="all")
     assert dm.skipped == [
         {
             "record": None,
             "reason": f"{FIXTURE / '1' / 'ins.json'}: malformed JSON at line 22, column 1: Expecting ',' delimiter",
             "file": str(FIXTURE / "1" / "ins.json"),
-        },
-        {"record": 1, "reason": "case_id 5 differs from its folder 2", "file": str(FIXTURE / "2" / "f_d.json")},
+        }
     ]
-    # rule 0: all 3 records; rule 1: its f_d records; rule 2: the formula and the instance records
-    assert [case.case_id for case in dm.cases] == [0, 1, 2, 3, 4, 6, 8]
+    # rule 0: all 3 records; rule 1: its f_d records; rule 2: all 3, its description record's case_id 5 read as 2
+    assert [case.case_id for case in dm.cases] == [0, 1, 2, 3, 4, 6, 7, 8]
     assert dm.cases[3].source == f"{FIXTURE / '1' / 'f_d.json'}#0"
+    assert dm.noted == [
+        {
+            "file": str(FIXTURE / "2" / "f_d.json"),
+            "record": 1,
+            "change": "case_id 5 differs from its folder: read as rule 2",
+        }
+    ]
+    assert dm.run_notes(None) == {"noted_records": dm.noted}
+
+
+def quirky_copy(tmp_path: Path) -> Path:
+    """The fixture with rule 0's instance record as RuleEdit-200 has some: its prompt and its first instance prompt
+    without the subject, and one instance answer more than prompts."""
+    root = tmp_path / "rules"
+    shutil.copytree(FIXTURE, root)
+    path = root / "0" / "ins.json"
+    [record] = json.loads(path.read_text())
+    record["prompt"] = record["prompt"].replace("A rectangle", "A shape")
+    record["Instance"]["prompt"][0] = record["Instance"]["prompt"][0].replace("A rectangle", "A box")
+    record["Instance"]["target_new"].append("99")
+    path.write_text(json.dumps([record]))
+    return root
+
+
+def test_prompts_without_the_subject_load_and_answer_counts_are_cut_to_the_prompts_as_dmle_zips_them(tmp_path):
+    root = quirky_copy(tmp_path)
+    dm = load(root, task="instance", instance_edits=2)
+    case = dm.cases[0]
+    main, first_instance = case.requests
+    assert not main.subject_in_prompt and main.filled_prompt.startswith("A shape has a length of 9")
+    assert not first_instance.subject_in_prompt and first_instance.prompt.startswith("A box")
+    assert case.groups["instance"].prompts == (
+        "A rectangle has a length of 6 and a width of 2. What is its perimeter? The answer is",
+        "A rectangle has a length of 5 and a width of 7. Substitute the values into the formula:",
+    )
+    assert case.groups["instance"].expected == ("8", "P = 5 + 7 = 12")  # the 4th answer, "99", has no prompt
+    notes = [(note["record"], note["change"]) for note in dm.noted if note["file"] == str(root / "0" / "ins.json")]
+    assert [(record, change.split(":")[0]) for record, change in notes] == [
+        (0, "prompt"),
+        (0, "Instance.target_new"),
+        (0, "Instance.prompt[0]"),
+    ]
+    assert notes[1][1] == "Instance.target_new: 4 answers for 3 prompts: the first 3 kept"
+    assert dm.skipped == [{"record": None, "reason": dm.skipped[0]["reason"], "file": str(root / "1" / "ins.json")}]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "ruleedit" / "RuleEdit-200.zip").exists(), reason="needs ../shared/data")
+def test_the_published_ruleedit200_loads_whole_but_its_unreadable_file(tmp_path):
+    with zipfile.ZipFile(SHARED_DATA / "ruleedit" / "RuleEdit-200.zip") as archive:
+        archive.extractall(tmp_path)
+    for settings, cases in (({"task": "all"}, 599), ({"task": "all", "case_grouping": "dmle_staged"}, 199)):
+        dm = load(tmp_path, **settings)
+        assert len(dm.cases) == cases
+        assert {Path(skip["file"]).relative_to(tmp_path).as_posix() for skip in dm.skipped} <= {
+            "RuleEdit-200/145/ins.json",
+            "RuleEdit-200/145",  # dmle_staged: rule 145 lacks its instance record
+        }
 
 
 def test_formula_case_groups_and_metrics():
@@ -142,7 +200,7 @@ def test_instance_editing_edits_a_set_of_instances_in_turn_and_scores_ip_on_the_
 def test_dmle_staged_grouping_one_case_per_rule_with_the_three_edits_in_order():
     dm = load(task="all", case_grouping="dmle_staged")
     assert dm.declared_metrics() == conventions("Rel", "Gen", "Loc", "IP", "RU")
-    (case,) = dm.cases  # rules 1 and 2 lack a record
+    case, _ = dm.cases  # rules 0 and 2; rule 1 lacks its instance record
     assert [request.extra["view"] for request in case.requests] == ["formula", "description", "instance"]
     assert [request.extra["stage"] for request in case.requests] == ["f_d", "f_d", "ins"]
     assert [[request.extra["stage"] for request in call] for call in case.editor_calls] == [["f_d", "f_d"], ["ins"]]
@@ -150,10 +208,7 @@ def test_dmle_staged_grouping_one_case_per_rule_with_the_three_edits_in_order():
     assert set(case.metric_names) == set(conventions("Rel", "Gen", "Loc", "IP", "RU"))
     assert len(case.groups["formula.reliability"].prompts) == 1
     reasons = [(skip["file"], skip["reason"]) for skip in dm.skipped if skip["file"].endswith(("1", "2"))]
-    assert reasons == [
-        (str(FIXTURE / "1"), "dmle_staged needs the rule's 3 records; missing: instance"),
-        (str(FIXTURE / "2"), "dmle_staged needs the rule's 3 records; missing: description"),
-    ]
+    assert reasons == [(str(FIXTURE / "1"), "dmle_staged needs the rule's 3 records; missing: instance")]
 
 
 @pytest.mark.parametrize(
@@ -274,10 +329,9 @@ def test_validate_reports_skipped_files_in_results(tmp_path, monkeypatch):
     )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["counts"]["cases"] == 2
-    assert [skip["file"] for skip in results["counts"]["skipped_records"]] == [
-        str(FIXTURE / "1" / "ins.json"),
-        str(FIXTURE / "2" / "f_d.json"),
-    ]
+    assert [skip["file"] for skip in results["counts"]["skipped_records"]] == [str(FIXTURE / "1" / "ins.json")]
+    assert [note["file"] for note in results["benchmark"]["noted_records"]] == [str(FIXTURE / "2" / "f_d.json")]
+    assert results["counts"]["skipped_requests"] == []  # NoEdit edits nothing, so leaves nothing out
     assert {"Rel", "Gen", "Loc", "IP", "RU_f", "RU_d", "RU"} <= set(results["metrics"])
     assert results["metrics"]["RU"]["kind"] == "derived"
     assert (
@@ -309,7 +363,46 @@ def test_dmle_staged_edits_are_two_editor_calls_per_rule_with_memit():
     data = RuleEdit(str(FIXTURE), task="all", case_grouping="dmle_staged", judge={"exact_match": {}})
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
     trainer.validate(editor, datamodule=data, verbose=False)
-    assert len(data.cases) == 1 and calls == [["f_d", "f_d"], ["ins"]]
+    assert len(data.cases) == 2 and calls == [["f_d", "f_d"], ["ins"]] * 2
+
+
+@pytest.mark.parametrize("editor_name", ["MEMIT", "FT"])
+def test_an_edit_prompt_without_the_subject_is_left_out_by_editors_that_read_keys_at_the_subject(editor_name, tmp_path):
+    """Rule 0's instance edit (dmle_staged) has no subject in its prompt: MEMIT edits the rule's f_d records and
+    lists the ins request; FT, which needs no subject, makes both calls."""
+    from lightning import Trainer
+
+    from lightning_edit.editors import FT, MEMIT
+    from lightning_edit.editors.locate import EditSites
+    from lightning_edit.editors.target_vector import TargetOptimization
+    from lightning_edit.models.loading import ModelSource
+    from lightning_edit.stats.config import KeyStatistics
+
+    tiny = ModelSource("builtin:models/tiny-gpt2")
+    if editor_name == "MEMIT":
+        editor = MEMIT(
+            tiny,
+            sites=EditSites(memit_layers=[0, 1], mom2_update_weight=100.0),
+            stats=KeyStatistics(corpus="builtin:data/toy/corpus.txt", n_samples=20),
+            target=TargetOptimization(v_num_grad_steps=2),
+            template_lengths=[[5, 1]],
+        )
+    else:
+        editor = FT(tiny, sites=EditSites(ft_layers=[1]), num_steps=1)
+    calls, apply_edits = [], editor.apply_edits
+    editor.apply_edits = lambda requests: (calls.append([r.extra["stage"] for r in requests]), apply_edits(requests))
+    data = RuleEdit(str(quirky_copy(tmp_path)), task="all", case_grouping="dmle_staged", judge={"exact_match": {}})
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
+    trainer.validate(editor, datamodule=data, verbose=False)
+    assert [case.case_id for case in data.cases] == [0, 6]
+    if editor_name == "MEMIT":
+        assert calls == [["f_d", "f_d"], ["f_d", "f_d"], ["ins"]]
+        [skipped] = editor.skipped_requests
+        assert (skipped["case_id"], skipped["request"]) == (0, 2)
+        assert "does not hold the subject 'rectangle'" in skipped["reason"]
+        assert editor.case_scores["Rel"].keys() == {0, 6}  # rule 0 still scored, with its f_d edits
+    else:
+        assert calls == [["f_d", "f_d"], ["ins"]] * 2 and editor.skipped_requests == []
 
 
 def test_locality_tokens_expected_judges_the_first_ground_truth_tokens_of_the_answer():
