@@ -10,9 +10,9 @@ number of instances. A file that cannot be read and a record with a missing, mis
 whitespace-only prompt or answer) are left out and listed (file, record, reason) under ``counts.skipped_records`` in
 results.json; every other record loads. Read as DMLE's code reads them, and listed under ``benchmark.noted_records``:
 a ``case_id`` other than the folder's (the folder is the rule), an edit prompt without the subject (loaded whole: the
-editors that read keys at the subject leave it out), more answers than prompts or fewer (both cut to the shorter). So is a rule
-folder that repeats an earlier one, by its files (a copy under another name) or by its number (``01/`` after
-``1/``): the first in folder order (``1/`` before ``01/``) is read, the other listed with the first one's path.
+editors that read keys at the subject leave it out), more answers than prompts or fewer (both cut to the shorter). A
+rule folder that repeats an earlier one, by its files (a copy under another name) or by its number (``01/`` after
+``1/``), is left out and listed: the first in folder order (``1/`` before ``01/``) is read.
 Case ids are ``3 * folder position + view`` (formula 0, description 1, instance 2), since the records' own
 ``case_id`` repeats within a folder; hierarchy cases keep their ``case_id``.
 
@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lightning_edit.data.base import DataFormatError, EditDataModule, RecordReader, read_records
+from lightning_edit.data.ruleedit_files import FILES, answer_list, as_written, has, rule_folders, source, strings
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges.kind import Generation, register_judged_kind
 from lightning_edit.resources import resolve_path
 
 VIEWS = ("formula", "description", "instance")
-FILES = {"f_d.json": ("formula", "description"), "ins.json": ("instance",)}
 HIERARCHY_FILE = "hierarchy.json"
 _RULE_METRICS = ("Rel", "Gen", "Loc", "IP", "RU")
 _INSTANCE_METRICS = ("Rel", "Gen", "Loc", "IP", "RU_f", "RU_d")
@@ -206,7 +206,7 @@ class RuleEdit(EditDataModule):
         if self.task == "hierarchy":
             return self._hierarchy_cases()
         cases = []
-        for position, folder in enumerate(self._rule_folders()):
+        for position, folder in enumerate(rule_folders(resolve_path(self.path), self.skip)):
             records = self._folder_records(folder)
             if self.case_grouping == "dmle_staged":
                 missing = [view for view in VIEWS if view not in records]
@@ -219,7 +219,7 @@ class RuleEdit(EditDataModule):
                     if view in records:
                         reader, requests, groups = records[view]
                         case_id = 3 * position + VIEWS.index(view)
-                        cases.append(EditCase(case_id, requests, groups, _source(reader), calls=(1,) * len(requests)))
+                        cases.append(EditCase(case_id, requests, groups, source(reader), calls=(1,) * len(requests)))
         return cases
 
     def _hierarchy_cases(self) -> list[EditCase]:
@@ -237,37 +237,10 @@ class RuleEdit(EditDataModule):
                     "reliability": self._group([request.filled_prompt], [request.target_new], "hierarchy", "Rel"),
                     "hierarchy": self._group(prompts, answers, "hierarchy", "HG"),
                 }
-                cases.append(EditCase(reader.get("case_id", int), (request,), groups, _source(reader)))
+                cases.append(EditCase(reader.get("case_id", int), (request,), groups, source(reader)))
             except DataFormatError as error:
                 self.skip(index, str(error), path)
         return cases
-
-    def _rule_folders(self) -> list[Path]:
-        """The rule folders under :attr:`path`, numerically sorted (one level down if the archive nests them); a
-        folder with the files or the number of an earlier one (``1/`` and ``01/``) is left out and listed."""
-        root = resolve_path(self.path)
-        if not root.is_dir():
-            raise DataFormatError(root, "expected a folder of rule folders (each with f_d.json and ins.json)")
-        folders = _subfolders(root)
-        if len(folders) == 1 and not any((folders[0] / name).exists() for name in FILES):
-            folders = _subfolders(folders[0])
-        folders.sort(key=_folder_order)
-        if not folders:
-            raise DataFormatError(root, "no rule folders found")
-        kept, first = [], {}
-        for folder in folders:
-            files = tuple((folder / name).read_bytes() if (folder / name).is_file() else None for name in FILES)
-            keys = [("files", files)] if any(files) else []
-            keys += [("number", int(folder.name))] if folder.name.isdigit() else []
-            duplicate = next((key for key in keys if key in first), None)
-            if duplicate is None:
-                first |= {key: folder for key in keys}
-                kept.append(folder)
-            elif duplicate[0] == "files":
-                self.skip(None, f"a copy of {first[duplicate]} (the same {' and '.join(FILES)}): remove one", folder)
-            else:
-                self.skip(None, f"rule {duplicate[1]} again, already read from {first[duplicate]}: remove one", folder)
-        return kept
 
     def _folder_records(
         self, folder: Path
@@ -302,7 +275,7 @@ class RuleEdit(EditDataModule):
         """The record's edit: ``prompt`` -> ``target_new``, the subject matched case-insensitively."""
         prompt, new = reader.string("prompt"), reader.answer("target_new")
         template, subject = self._template(reader, "prompt", prompt, reader.string("subject"))
-        truth = _strings(reader, "ground_truth", default=[])
+        truth = strings(reader, "ground_truth", default=[])
         extra = {"rule": reader.get("rule", str, ""), "view": view, "stage": "ins" if view == "instance" else "f_d"}
         return EditRequest(template, subject, new, truth[0] if truth else None, extra)
 
@@ -311,7 +284,7 @@ class RuleEdit(EditDataModule):
         editors that read keys at the subject leave it out (EditorModule.cannot_edit), the others edit it."""
         if not subject.strip():
             raise reader.error("subject", f"empty string {subject!r}")
-        subject = _as_written(prompt, subject)
+        subject = as_written(prompt, subject)
         if subject in prompt and "{}" not in prompt:
             return prompt.replace(subject, "{}", 1), subject
         if "{}" in prompt:
@@ -332,7 +305,7 @@ class RuleEdit(EditDataModule):
                 raise reader.error("Instance.prompt", message + " (some left for IP)")
             truths = (
                 self._aligned(reader, "Instance.prompt", "Instance.ground_truth")[1]
-                if _has(reader, "Instance.ground_truth")
+                if has(reader, "Instance.ground_truth")
                 else []
             )
             for position in range(edited):
@@ -343,7 +316,7 @@ class RuleEdit(EditDataModule):
             instances, instance_answers = instances[edited:], instance_answers[edited:]
         groups = {
             "reliability": ([r.filled_prompt for r in requests], [r.target_new for r in requests], "Rel"),
-            "generalization": (_strings(reader, "rephrase_prompt"), None, "Gen"),
+            "generalization": (strings(reader, "rephrase_prompt"), None, "Gen"),
         }
         for block in ("neighborhood", "distracting"):
             field = f"locality.{block}"
@@ -377,7 +350,7 @@ class RuleEdit(EditDataModule):
     def _aligned(self, reader: RecordReader, prompts_field: str, answers_field: str) -> tuple[list[str], list[str]]:
         """The prompts and their answers; when their counts differ, both cut to the shorter, as DMLE's code pairs
         them (``zip``), and noted."""
-        prompts, answers = _strings(reader, prompts_field), _answers(reader, answers_field)
+        prompts, answers = strings(reader, prompts_field), answer_list(reader, answers_field)
         if len(prompts) != len(answers):
             counts = f"{len(answers)} answers for {len(prompts)} prompts"
             self._note(reader, f"{answers_field}: {counts}: the first {min(len(prompts), len(answers))} kept")
@@ -401,55 +374,4 @@ class RuleEdit(EditDataModule):
         }
         requests = tuple(request for _, requests, _ in records for request in requests)
         staged = (len(requests) - len(records[-1][1]), len(records[-1][1]))  # f_d (formula, description), then ins
-        return EditCase(3 * position, requests, groups, _source(records[0][0]), calls=staged)
-
-
-def _subfolders(folder: Path) -> list[Path]:
-    """The folders in ``folder``, without hidden ones and archive metadata (``.git``, ``__MACOSX``)."""
-    return [child for child in folder.iterdir() if child.is_dir() and not child.name.startswith((".", "__"))]
-
-
-def _folder_order(folder: Path) -> tuple[bool, int, int, str]:
-    """Numbered folders first, in numeric order (``1`` before ``01``), then the others by name."""
-    numbered = folder.name.isdigit()
-    return not numbered, int(folder.name) if numbered else 0, len(folder.name), folder.name
-
-
-def _source(reader: RecordReader) -> str:
-    return f"{reader.path}#{reader.index}"
-
-
-def _strings(reader: RecordReader, field: str, default: Any = ...) -> list[str]:
-    """A field given as a string or a list of strings, as a list; an empty or whitespace-only string is an error."""
-    value = reader.get(field, (str, list), default)
-    if isinstance(value, list):
-        return reader.strings(field, default)
-    if not value.strip():
-        raise reader.error(field, f"empty string {value!r}")
-    return [value]
-
-
-def _has(reader: RecordReader, field: str) -> bool:
-    return reader.get(field, object, None) is not None
-
-
-def _as_written(prompt: str, subject: str) -> str:
-    """``subject`` as the prompt writes it when it differs only in case ("Rectangle ..." for "rectangle")."""
-    if subject not in prompt and subject.lower() in prompt.lower():
-        start = prompt.lower().index(subject.lower())
-        return prompt[start : start + len(subject)]
-    return subject
-
-
-def _answers(reader: RecordReader, field: str) -> list[str]:
-    """A list answer, one entry per prompt (each entry a string, or a list whose first string counts)."""
-    values = reader.get(field, (str, list))
-    values = [values] if isinstance(values, str) else values
-    answers = []
-    for position, value in enumerate(values):
-        if isinstance(value, list) and value and isinstance(value[0], str):
-            value = value[0]
-        if not isinstance(value, str) or not value.strip():
-            raise reader.error(f"{field}[{position}]", "expected a non-empty string")
-        answers.append(value)
-    return answers
+        return EditCase(3 * position, requests, groups, source(records[0][0]), calls=staged)
