@@ -3,7 +3,7 @@
 docs/methods.md#ft-ft-l-and-ft-m.
 
 One class, three configurations (``configs/methods/ft.yaml``, ``ft_l.yaml``, ``ft_m.yaml``). For the requests of an
-editor call, Adam minimises the ``objective`` (:mod:`lightning_edit.editors.finetune`) over the weight and bias of
+editor call, Adam minimises the ``objective`` (:mod:`lightning_edit.editors.objectives`) over the weight and bias of
 ``mlp_out`` in ``sites.ft_layers``:
 
 - FT: ``prompt_last``, unconstrained (ROME's and EasyEdit's FT baseline);
@@ -19,8 +19,8 @@ from torch import Tensor
 
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors.base import EditorModule, require
-from lightning_edit.editors.finetune import Objective, check_training, fine_tune
 from lightning_edit.editors.locate import EditSites
+from lightning_edit.editors.objectives import Objective, check_training, fine_tune
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import resolve_architecture
 

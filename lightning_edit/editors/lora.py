@@ -2,7 +2,7 @@
 
 For the requests of an editor call, a LoRA adapter W + (α/r)·B A (peft's ``LoraConfig``, B = 0 at creation, so a
 new adapter changes nothing) is put on the modules playing ``target_modules`` in ``sites.lora_layers`` and trained
-with Adam on the teacher-forced target tokens (``target_new``, :mod:`lightning_edit.editors.finetune`), the base
+with Adam on the teacher-forced target tokens (``target_new``, :mod:`lightning_edit.editors.objectives`), the base
 weights frozen. The adapter is injected into the model in place (``get_peft_model``), so the model the editor
 scores is the adapted one; the undo removes what the edits added (``delete_adapter``, and ``unload`` once no adapter
 is left), leaving the original modules, bit-identical, in place. Under ``sequential`` either one adapter
@@ -22,8 +22,8 @@ from peft.utils import WEIGHTS_NAME
 
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.base import EditorModule, require
-from lightning_edit.editors.finetune import check_training, fine_tune
 from lightning_edit.editors.locate import EditSites
+from lightning_edit.editors.objectives import check_training, fine_tune
 from lightning_edit.errors import refused_weights
 from lightning_edit.models.loading import ModelLoadError, ModelNotFoundError, ModelSource
 from lightning_edit.models.registry import ModuleRole, resolve_architecture

@@ -12,8 +12,8 @@
 """
 
 from lightning_edit.toy.corpus import ToyCorpus
-from lightning_edit.toy.edit_training import ToyEditTraining
 from lightning_edit.toy.judge_corpus import JudgeCorpus, ToyRuleJudge
+from lightning_edit.toy.mend_edits import ToyEditTraining
 from lightning_edit.toy.pretraining import CausalLMPretraining
 from lightning_edit.toy.rule_corpus import RuleCorpus
 from lightning_edit.toy.world import ToyWorld, load_toy_world

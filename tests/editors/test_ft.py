@@ -7,9 +7,9 @@ from lightning import Trainer
 from lightning_edit.data import CounterFact
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import FT
-from lightning_edit.editors.finetune import IGNORE, objective_loss, prompt_last_loss, target_new_loss
 from lightning_edit.editors.ft import clamp_to_box
 from lightning_edit.editors.locate import EditSites
+from lightning_edit.editors.objectives import IGNORE, objective_loss, prompt_last_loss, target_new_loss
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.tokenization import encode_prompt_target
 
