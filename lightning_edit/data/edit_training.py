@@ -15,7 +15,7 @@ The examples come from the benchmark readers (:class:`~lightning_edit.data.Count
 
 Training batches are drawn in a seeded order per epoch; the DataModule's state (saved in Lightning checkpoints) holds
 the position reached, so a fit resumed mid-epoch continues with the next batch of the same order. A subclass supplies
-other edits by overriding :meth:`EditTraining.load_splits` (the toy world's: :mod:`lightning_edit.toy.edit_training`).
+other edits by overriding :meth:`EditTraining.load_splits` (the toy world's: :mod:`lightning_edit.toy.mend_edits`).
 """
 
 from __future__ import annotations
