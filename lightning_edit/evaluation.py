@@ -25,6 +25,8 @@ from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, Stage, 
 Reference = dict[Request, Any]
 # metric name -> (score kind, [(case id, prompt index, score), ...]); a score is None when missing (a judge's verdict)
 Scores = dict[str, tuple[str, list[tuple[int, int, float | None]]]]
+# metric name -> [(case id, prompt index, the text the model answered), ...]
+Answers = dict[str, list[tuple[int, int, str]]]
 
 
 @dataclass
@@ -116,6 +118,7 @@ class CaseScorer:
         contexts: dict[int, str] | None = None,
         owners: dict[int, int] | None = None,
         stage: Stage = "post",
+        answers: Answers | None = None,
     ) -> Scores:
         """Per-prompt scores of every metric of every case, with the model as it is now (``stage``: see
         :class:`~lightning_edit.scoring.kinds.PromptItem`).
@@ -123,7 +126,8 @@ class CaseScorer:
         ``reference`` holds the unedited model's results (needed by ``agreement`` and filtered groups);
         ``contexts`` maps a case id to a text put before each of its prompts (in-context editing); ``owners`` maps
         a case id to the owner of its :class:`~lightning_edit.models.row_updates.RowUpdates` (each case scored on
-        its own edit, all in shared batches).
+        its own edit, all in shared batches); ``answers``, when given, receives the texts the model answered (kinds
+        that generate one, :meth:`~lightning_edit.scoring.kinds.ScoreKind.answer`) per metric.
         """
         contexts = contexts or {}
         slots: list[tuple[PromptItem, PromptGroup, list[tuple[ScoreKind, str, list[Request]]]]] = []
@@ -153,18 +157,27 @@ class CaseScorer:
                     continue
             for kind, metric, requests in asks:
                 unedited = _unedited(reference, item, kind.reference_requests(item, self.config))
-                value = kind.value(item, [result(item, request) for request in requests], unedited)
+                current_results = [result(item, request) for request in requests]
+                value = kind.value(item, current_results, unedited)
                 results.setdefault(metric, (kind.name, []))[1].append((item.case_id, item.index, value))
+                if answers is not None and (text := kind.answer(item, current_results)) is not None:
+                    answers.setdefault(metric, []).append((item.case_id, item.index, text))
         return results
 
-    def score_unedited(self, cases: list[EditCase], reference: Reference, every_group: bool = False) -> Scores:
-        """Scores of the groups marked ``pre_edit`` (or of every group), named ``<metric>_pre``; call it before
-        any edit, with the reference of the same unedited model."""
+    def score_unedited(
+        self, cases: list[EditCase], reference: Reference, every_group: bool = False, answers: Answers | None = None
+    ) -> Scores:
+        """Scores of the groups marked ``pre_edit`` (or of every group), named ``<metric>_pre`` (and so are their
+        ``answers``); call it before any edit, with the reference of the same unedited model."""
         selected = [
             replace(case, groups={name: g for name, g in case.groups.items() if every_group or g.pre_edit})
             for case in cases
         ]
-        return {f"{name}_pre": value for name, value in self.score(selected, reference, stage="pre").items()}
+        texts: Answers = {}
+        scores = self.score(selected, reference, stage="pre", answers=texts)
+        if answers is not None:
+            answers.update({f"{name}_pre": rows for name, rows in texts.items()})
+        return {f"{name}_pre": value for name, value in scores.items()}
 
 
 def _filter_requests(item: PromptItem) -> list[Request]:

@@ -28,14 +28,19 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning_edit.data.base import EditDataModule
 from lightning_edit.data.schema import EditCase
 from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.run_metrics import CaseAnswers
 from lightning_edit.errors import redact
 from lightning_edit.judges.base import JudgeFailedError
 from lightning_edit.judges.kind import judge_report
 from lightning_edit.results import json_safe, markdown_table, write_results
 
 
-def case_rows(cases: list[EditCase], case_scores: dict[str, dict[int, float]]) -> list[dict[str, Any]]:
-    """One row per scored case: id, source, requests and ``{metric: mean score of the case's prompts}``."""
+def case_rows(
+    cases: list[EditCase], case_scores: dict[str, dict[int, float]], case_answers: CaseAnswers | None = None
+) -> list[dict[str, Any]]:
+    """One row per scored case: id, source, requests, ``{metric: mean score of the case's prompts}`` and, for the
+    metrics of generated answers, ``answers``: ``{metric: [answer to each prompt of its group, in order]}`` (None
+    for a prompt not scored)."""
     rows = []
     for case in cases:
         scores = {name: values[case.case_id] for name, values in case_scores.items() if case.case_id in values}
@@ -49,7 +54,29 @@ def case_rows(cases: list[EditCase], case_scores: dict[str, dict[int, float]]) -
                 }
                 for r in case.requests
             ]
-            rows.append({"case_id": case.case_id, "source": case.source, "requests": requests, "scores": scores})
+            row = {"case_id": case.case_id, "source": case.source, "requests": requests, "scores": scores}
+            answers = {
+                name: [texts.get(index) for index in range(max(texts) + 1)]
+                for name, by_case in (case_answers or {}).items()
+                if (texts := by_case.get(case.case_id))
+            }
+            rows.append(row | ({"answers": answers} if answers else {}))
+    return rows
+
+
+def answer_rows(cases: list[EditCase], case_answers: CaseAnswers) -> list[list[Any]]:
+    """``[case id, metric, prompt, answer]`` for every generated answer, for a W&B table."""
+    prompts = {}
+    for case in cases:
+        for group in case.groups.values():
+            for metric in group.metrics.values():
+                prompts[case.case_id, metric] = group.prompts
+    rows = []
+    for name, by_case in case_answers.items():
+        metric = name.partition("@")[0].removesuffix("_pre")
+        for case_id, texts in sorted(by_case.items()):
+            asked = prompts.get((case_id, metric), ())
+            rows += [[case_id, name, asked[i] if i < len(asked) else None, text] for i, text in sorted(texts.items())]
     return rows
 
 
@@ -120,7 +147,7 @@ class RunReport(Callback):
         notes = datamodule.run_notes(module) if isinstance(datamodule, EditDataModule) else {}
         seconds = time.perf_counter() - self.start
         path = write_results(directory, module.results, self.config, counts, seconds, notes, judges)
-        rows = case_rows(cases, module.case_scores)
+        rows = case_rows(cases, module.case_scores, module.case_answers)
         (directory / "cases.jsonl").write_text(
             "".join(json.dumps(json_safe(row), allow_nan=False) + "\n" for row in rows)
         )
@@ -144,6 +171,9 @@ class RunReport(Callback):
             logger.log_hyperparams({"config": self.config})
             if hasattr(logger, "log_table"):
                 logger.log_table(key="val/cases", columns=columns, data=table)
+                if module.case_answers:
+                    answers = answer_rows(cases, module.case_answers)
+                    logger.log_table(key="val/answers", columns=["case_id", "metric", "prompt", "answer"], data=answers)
             if hasattr(logger, "log_image"):
                 for name, figure in figures.items():
                     logger.log_image(key=f"val/{name}", images=[figure])

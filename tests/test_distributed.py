@@ -46,7 +46,10 @@ def validate(directory: Path, stats: Path, devices: int, *flags: str) -> tuple[d
 
 @pytest.mark.parametrize(
     "flags",
-    [["--model.protocol=single"], ["--model.protocol=sequential", "--model.eval_at=[5]"]],
+    [
+        ["--model.protocol=single", "--data.generated_answers=bare"],
+        ["--model.protocol=sequential", "--model.eval_at=[5]", "--data.generated_answers=bare"],
+    ],
     ids=["single", "sequential"],
 )
 def test_two_processes_equal_one(tmp_path, flags):
@@ -77,6 +80,8 @@ def test_two_processes_equal_one(tmp_path, flags):
         assert mine["requests"] == theirs["requests"]
         assert mine["scores"].keys() == theirs["scores"].keys()
         assert mine["scores"] == pytest.approx(theirs["scores"], abs=1e-6)
+        assert mine["answers"] == theirs["answers"]  # gathered from the process that generated them
+        assert {"ES_gen", "PS_gen", "NS_gen", "ES_gen_pre"} <= mine["answers"].keys()
 
 
 def test_processes_share_whole_batches_of_consecutive_cases():

@@ -23,7 +23,7 @@ from lightning_edit import errors
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContext
 from lightning_edit.editors.protocols import ProtocolRunner
-from lightning_edit.editors.run_metrics import RunMetrics
+from lightning_edit.editors.run_metrics import CaseAnswers, RunMetrics
 from lightning_edit.errors import ConfigError
 from lightning_edit.evaluation import Reference, ScoringConfig
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
@@ -107,6 +107,8 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         self.metric_kinds: dict[str, str] = {}
         self.results: dict[str, dict[str, Any]] = {}
         self.case_scores: dict[str, dict[int, float]] = {}  # metric -> case id -> mean over the case's prompts
+        self.case_answers: CaseAnswers = {}  # metric -> case id -> prompt index -> generated answer
+        self._answers: CaseAnswers = {}  # this process's, until the end of the epoch
         self._sequential: tuple[Undo, Reference] | None = None  # (undo of every edit, pre-edit reference)
         self._left_out: dict[int, list[bool]] = {}  # case id -> which of its requests the editor edits
         self.skipped_requests: list[dict[str, Any]] = []  # the requests it cannot edit, and why

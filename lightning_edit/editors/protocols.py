@@ -53,7 +53,7 @@ from lightning_edit.data.base import case_error, loader_cases
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContextPrompts
 from lightning_edit.errors import ConfigError, Interrupted, stop_requested
-from lightning_edit.evaluation import CaseScorer
+from lightning_edit.evaluation import Answers, CaseScorer
 from lightning_edit.models.tokenization import encode_prompt_targets
 
 if TYPE_CHECKING:
@@ -207,7 +207,8 @@ class ProtocolRunner(LightningModule):
         """
         scorer = self._scorer()
         reference = scorer.reference(local)
-        self._update_metrics(scorer.score_unedited(local, reference, self.scoring.pre_edit))
+        answers: Answers = {}
+        self._update_metrics(scorer.score_unedited(local, reference, self.scoring.pre_edit, answers), answers=answers)
         before = set(self.model.state_dict())
         undo = self.prepare_undo(self._requests(cases))
         self._sequential = (undo, reference)
@@ -218,7 +219,9 @@ class ProtocolRunner(LightningModule):
                 if previous < n <= applied:
                     self._share_edited_state(undo, before)
                     prefix = [case for case in local if positions[case.case_id] < n]
-                    self._update_metrics(scorer.score(prefix, reference, self._contexts), suffix=f"@{n}")
+                    answers = {}
+                    scores = scorer.score(prefix, reference, self._contexts, answers=answers)
+                    self._update_metrics(scores, f"@{n}", answers)
             previous = applied
         self._share_edited_state(undo, before)
 
@@ -295,17 +298,21 @@ class ProtocolRunner(LightningModule):
             return
         scorer = self._scorer()
         if self._sequential is not None:
-            self._update_metrics(scorer.score(batch, self._sequential[1], self._contexts))
+            answers: Answers = {}
+            self._update_metrics(scorer.score(batch, self._sequential[1], self._contexts, answers=answers), "", answers)
             return
         reference = scorer.reference(batch)
-        self._update_metrics(scorer.score_unedited(batch, reference, self.scoring.pre_edit))
+        answers = {}
+        self._update_metrics(scorer.score_unedited(batch, reference, self.scoring.pre_edit, answers), "", answers)
         chained = any(len(case.editor_calls) > 1 for case in batch)  # low-rank edits of the unedited model cannot chain
         if self.protocol == "single" and self.edits_weights and self.batched_single and not chained:
             rows = self.low_rank_edits([case.requests for case in batch])
             if rows is not None:
                 with rows:
                     owners = {case.case_id: owner for owner, case in enumerate(batch)}
-                    self._update_metrics(scorer.score(batch, reference, self._contexts, owners))
+                    answers = {}
+                    scores = scorer.score(batch, reference, self._contexts, owners, answers=answers)
+                    self._update_metrics(scores, "", answers)
                 return
         if self.protocol == "single" and self.edits_weights:
             edit_groups = [[case] for case in batch]
@@ -313,8 +320,9 @@ class ProtocolRunner(LightningModule):
             edit_groups = [batch]
         for cases in edit_groups:
             with self.edits_applied(self._requests(cases), self._editor_calls(cases)):
-                scores = scorer.score(cases, reference, self._contexts)
-            self._update_metrics(scores)
+                answers = {}
+                scores = scorer.score(cases, reference, self._contexts, answers=answers)
+            self._update_metrics(scores, "", answers)
 
     def _stop_if_requested(self, batch_idx: int) -> None:
         """After a batch during which this process received SIGTERM (judge requests stop at once, the edits are

@@ -17,9 +17,12 @@ from lightning import LightningModule
 from torch import nn
 
 from lightning_edit.data.schema import EditCase
-from lightning_edit.evaluation import Scores
+from lightning_edit.evaluation import Answers, Scores
 from lightning_edit.metrics import PromptMean
 from lightning_edit.scoring.kinds import score_kind
+
+# metric -> case id -> prompt index -> the text the model answered
+CaseAnswers = dict[str, dict[int, dict[int, str]]]
 
 
 class RunMetrics(LightningModule):
@@ -61,7 +64,11 @@ class RunMetrics(LightningModule):
                         f"does not declare (declared: {list(self.metric_kinds)})"
                     )
 
-    def _update_metrics(self, scores: Scores, suffix: str = "") -> None:
+    def _update_metrics(self, scores: Scores, suffix: str = "", answers: Answers | None = None) -> None:
+        """Feed ``scores`` to the metrics (``<metric><suffix>``), and keep the ``answers`` the model gave."""
+        for name, rows in (answers or {}).items():
+            for case_id, index, text in rows:
+                self._answers.setdefault(name + suffix, {}).setdefault(case_id, {})[index] = text
         for name, (_, rows) in scores.items():
             case_ids, prompt_ids, values = zip(*rows) if rows else ((), (), ())
             self.metrics[name + suffix].update(
@@ -74,6 +81,7 @@ class RunMetrics(LightningModule):
         """Compute every metric (synced over processes) into :attr:`results` and :attr:`case_scores`, with the
         benchmark's derived metrics, and log their aggregates."""
         self.results, self.case_scores = {}, {}
+        self.case_answers, self._answers = gather_answers(self._answers, self.trainer.world_size), {}
         for name in self.metric_kinds:
             metric = self.metrics[name]
             result = dict(metric.compute())
@@ -88,3 +96,18 @@ class RunMetrics(LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self.on_validation_epoch_end()
+
+
+def gather_answers(local: CaseAnswers, world_size: int) -> CaseAnswers:
+    """Every process's answers (metric -> case id -> prompt index -> text) merged, on every process; a case the
+    distributed sampler repeats has the same answers on both processes."""
+    if world_size == 1 or not torch.distributed.is_initialized():
+        return local
+    shares: list[CaseAnswers] = [{} for _ in range(world_size)]
+    torch.distributed.all_gather_object(shares, local)
+    merged: CaseAnswers = {}
+    for share in shares:
+        for metric, cases in share.items():
+            for case_id, texts in cases.items():
+                merged.setdefault(metric, {}).setdefault(case_id, {}).update(texts)
+    return merged

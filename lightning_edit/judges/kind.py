@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -114,7 +114,14 @@ def _run_generate(model, tokenizer, requests: list[Generate], batch_size: int) -
     return [texts[r] for r in requests]
 
 
-def _run_judged(model, tokenizer, requests: list[Judged], batch_size: int) -> list[Verdict]:
+class JudgedAnswer(NamedTuple):
+    """The result of a :class:`Judged` request: the judge's verdict on the generated answer."""
+
+    verdict: Verdict
+    answer: str
+
+
+def _run_judged(model, tokenizer, requests: list[Judged], batch_size: int) -> list[JudgedAnswer]:
     texts = run_requests(model, tokenizer, [r.generation for r in requests], batch_size)
     by_judge: dict[str, list[int]] = {}
     for i, request in enumerate(requests):
@@ -126,7 +133,7 @@ def _run_judged(model, tokenizer, requests: list[Judged], batch_size: int) -> li
             for r in (requests[i] for i in indices)
         ]
         verdicts.update(zip(indices, judge_named(name).judge(items)))
-    return [verdicts[i] for i in range(len(requests))]
+    return [JudgedAnswer(verdicts[i], texts[r.generation].strip()) for i, r in enumerate(requests)]
 
 
 register_request(Generate, _run_generate)
@@ -198,9 +205,12 @@ class JudgedKind(ScoreKind):
 
     def value(self, item: PromptItem, current: list, unedited: list) -> float | None:
         if not self.against_unedited:
-            return current[0].score
+            return current[0].verdict.score
         (verdict,) = judge_named(self.name).judge([self._input(item, unedited[0].strip(), current[0].strip())])
         return verdict.score
+
+    def answer(self, item: PromptItem, current: list) -> str:
+        return current[0].strip() if self.against_unedited else current[0].answer
 
 
 def register_judged_kind(

@@ -198,6 +198,10 @@ class ScoreKind:
         if it is missing (left out of the means, counted as ``n_missing``)."""
         raise NotImplementedError(f"score kind {self.name!r} has no per-prompt value")
 
+    def answer(self, item: PromptItem, current: Sequence[Any]) -> str | None:
+        """The text the model answered, for kinds that generate one (kept in cases.jsonl); None by default."""
+        return None
+
 
 _KINDS: dict[str, ScoreKind] = {}
 

@@ -14,6 +14,7 @@ from lightning_edit.errors import ConfigError
 from lightning_edit.judges import ContainsJudge, JudgeInput
 from lightning_edit.judges.exact_match import normalize_answer
 from lightning_edit.models.loading import ModelSource
+from lightning_edit.report import answer_rows, case_rows
 from lightning_edit.resources import resolve_path
 from lightning_edit.scoring.kinds import PromptItem, score_kind
 
@@ -69,7 +70,10 @@ def test_counterfact_generated_answers_equal_a_hand_computation(tmp_path):
             ("ES", [rewrite["prompt"].format(rewrite["subject"])]),
             ("PS", record["paraphrase_prompts"]),
         ):
-            answers = [normalize_answer(hand_answer(model, tokenizer, prompt)) for prompt in prompts]
+            said = [hand_answer(model, tokenizer, prompt).strip() for prompt in prompts]
+            kept = editor.case_answers[metric + "_gen"][record["case_id"]]  # what cases.jsonl shows
+            assert kept == editor.case_answers[metric + "_gen_contains"][record["case_id"]] == dict(enumerate(said))
+            answers = [normalize_answer(answer) for answer in said]
             exact = sum(answer == new for answer in answers) / len(answers)
             contains = sum(f" {new} " in f" {answer} " for answer in answers) / len(answers)
             scores = (
@@ -79,6 +83,11 @@ def test_counterfact_generated_answers_equal_a_hand_computation(tmp_path):
             assert scores == pytest.approx((exact, contains)), (metric, record["case_id"], answers)
     assert editor.results["ES_gen_contains"]["macro"] > 0  # the model says the true object it knows
     assert editor.results["NS_gen"]["macro"] == 1.0
+    rows = case_rows(data.cases, editor.case_scores, editor.case_answers)
+    neighbours = records[0]["neighborhood_prompts"]
+    assert rows[0]["answers"]["NS_gen"] == [hand_answer(model, tokenizer, p).strip() for p in neighbours]
+    table = answer_rows(data.cases, editor.case_answers)
+    assert [rows[0]["case_id"], "NS_gen", neighbours[0], rows[0]["answers"]["NS_gen"][0]] in table
 
 
 def test_zsre_reports_generated_answers_beside_token_accuracy():
