@@ -76,6 +76,7 @@ class CaseScorer:
                 alternative=None if group.alternatives is None else group.alternatives[k],
                 details={} if group.details is None else group.details[k],
                 stage=stage,
+                chat_template=self.config.chat_template,
             )
 
     def check(

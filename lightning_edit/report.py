@@ -31,7 +31,7 @@ from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.run_metrics import CaseAnswers
 from lightning_edit.errors import redact
 from lightning_edit.judges.base import JudgeFailedError
-from lightning_edit.judges.kind import judge_report
+from lightning_edit.judges.kind import judge_report, reset_judge_stats
 from lightning_edit.results import json_safe, markdown_table, write_results
 
 
@@ -119,9 +119,10 @@ class RunReport(Callback):
 
     def on_validation_start(self, trainer: Trainer, module: LightningModule) -> None:
         self.start = time.perf_counter()  # before the editor's own on_validation_start (sequential edits)
+        reset_judge_stats()  # the report counts this run's verdicts only
 
     def on_test_start(self, trainer: Trainer, module: LightningModule) -> None:
-        self.start = time.perf_counter()
+        self.on_validation_start(trainer, module)
 
     def on_validation_end(self, trainer: Trainer, module: LightningModule) -> None:
         self.report(trainer, module)

@@ -7,7 +7,8 @@ neighbourhood prompts, as QAEdit's code does: at most 50 new tokens (a budget th
 ending before the first ``.`` or newline or at the end of sequence. The answer is graded by SQuAD exact match against
 the new object (``<metric>_gen``) and by whole-word containment (``<metric>_gen_contains``); a neighbourhood answer
 must equal the unedited model's answer to the same prompt (``<metric>_gen``). Contexts: ``bare`` (the prompt alone,
-QAEdit's default) or ``qa_inst`` (QAEdit's QA instruction around it).
+QAEdit's default), ``qa_inst`` (QAEdit's QA instruction around it) or ``chat`` (the prompt as one user turn of the
+tokenizer's chat template; a tokenizer without one is an error before any edit).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Literal
 
 from lightning_edit.errors import ConfigError
 
-AnswerContext = Literal["bare", "qa_inst"]
-#: the prompt as each context asks it (``qa_inst``: QAEdit's ``context_type: qa_inst``)
-CONTEXTS: dict[str, str] = {"bare": "{}", "qa_inst": "Please answer the question:\n\nQ: {}\nA:"}
+AnswerContext = Literal["bare", "qa_inst", "chat"]
+#: the prompt as each context asks it (``qa_inst``: QAEdit's ``context_type: qa_inst``; ``chat``: the prompt alone,
+#: in the chat template)
+CONTEXTS: dict[str, str] = {"bare": "{}", "qa_inst": "Please answer the question:\n\nQ: {}\nA:", "chat": "{}"}
 #: QAEdit's generation: greedy, 50 new tokens at most, stopped at a sentence end or a newline (and EOS)
 MAX_NEW_TOKENS, STOP = 50, (".", "\n")
 
@@ -36,7 +38,7 @@ def register_answer_kinds(context: AnswerContext) -> dict[str, str]:
     from lightning_edit.judges.kind import Generation, register_judged_kind  # judges load only when used
 
     names = answer_kinds(context)
-    generation = Generation(MAX_NEW_TOKENS, stop=STOP, template=CONTEXTS[context])
+    generation = Generation(MAX_NEW_TOKENS, stop=STOP, template=CONTEXTS[context], chat_template=context == "chat")
     register_judged_kind(names["exact"], "exact_match", generation, label="generated, exact match")
     register_judged_kind(names["contains"], "contains", generation, label="generated, contains")
     register_judged_kind(names["unchanged"], "exact_match", generation, "generated, unchanged", against_unedited=True)

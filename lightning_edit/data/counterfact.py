@@ -57,7 +57,8 @@ class CounterFact(EditDataModule):
         generation: also score the ``generation_prompts`` by n-gram entropy (GE); ROME format only.
         generated_answers: also generate an answer to the rewrite, paraphrase and neighbourhood prompts and grade it
             (QAEdit: ES_gen, ES_gen_contains, PS_gen, PS_gen_contains, NS_gen; :mod:`lightning_edit.data.answers`),
-            with the prompt alone (``bare``) or in a QA instruction (``qa_inst``); None: teacher forcing only.
+            with the prompt alone (``bare``), in a QA instruction (``qa_inst``) or as a user turn of the tokenizer's
+            chat template (``chat``); None: teacher forcing only.
     """
 
     def __init__(

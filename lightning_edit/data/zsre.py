@@ -50,7 +50,8 @@ class ZsRE(EditDataModule):
             ROME and MEMIT do (true answer unknown).
         generated_answers: also generate an answer to the rewrite, rephrase and locality questions and grade it
             (QAEdit: rewrite_gen, rewrite_gen_contains, rephrase_gen, rephrase_gen_contains, locality_gen;
-            :mod:`lightning_edit.data.answers`), the question alone (``bare``) or in a QA instruction (``qa_inst``).
+            :mod:`lightning_edit.data.answers`), the question alone (``bare``), in a QA instruction (``qa_inst``) or
+            as a user turn of the tokenizer's chat template (``chat``).
     """
 
     def __init__(

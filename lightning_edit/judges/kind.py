@@ -31,7 +31,7 @@ from transformers import PreTrainedTokenizerBase
 from lightning_edit.judges import build_judge
 from lightning_edit.judges.agreement import agreement_table
 from lightning_edit.judges.base import Judge, JudgeInput, JudgeStats, Verdict
-from lightning_edit.models.tokenization import encode_prompt
+from lightning_edit.models.tokenization import encode_prompt, format_prompt
 from lightning_edit.scoring.generation import generate
 from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, register_kind, register_request, run_requests
 
@@ -52,6 +52,8 @@ class Generation:
             DMLE's ``rule_edit`` generation: 3 per token).
         template: the prompt is asked inside it, ``{}`` standing for it (a QA instruction); in-context text, if any,
             stays before the template.
+        chat_template: ask the whole prompt (in-context text and template included) as one user turn of the
+            tokenizer's chat template (unless ``scoring.chat_template`` already formats every prompt).
     """
 
     max_new_tokens: int = 64
@@ -61,6 +63,7 @@ class Generation:
     stop: tuple[str, ...] = ("\n",)
     per_expected_token: bool = False
     template: str = "{}"
+    chat_template: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class Generate(Request):
     seed: int = 0
     stop: tuple[str, ...] = ()
     per_token_of: str | None = None
+    chat_template: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,8 @@ def _run_generate(model, tokenizer, requests: list[Generate], batch_size: int) -
         calls.setdefault((budget, r.do_sample, r.top_k, r.temperature, r.seed, r.stop), []).append(r)
     for (max_new_tokens, do_sample, top_k, temperature, seed, stop), group in calls.items():
         outputs = generate(
-            model, tokenizer, [r.prompt for r in group], max_new_tokens=max_new_tokens, do_sample=do_sample,
+            model, tokenizer, [format_prompt(tokenizer, r.prompt, r.chat_template) for r in group],
+            max_new_tokens=max_new_tokens, do_sample=do_sample,
             top_k=top_k, temperature=temperature, stop_strings=stop, seed=seed, batch_size=batch_size,
         )  # fmt: skip
         texts.update(zip(group, outputs))
@@ -156,6 +161,7 @@ class JudgedKind(ScoreKind):
         self.name, self.generation, self.against_unedited = name, generation, against_unedited
         self.label = label or f"judged ({type(judge).__name__})"
         how = "sampled" if generation.do_sample else "greedy"
+        how += " (the prompt as a user turn of the chat template)" if generation.chat_template else ""
         per = " per token of the expected answer" if generation.per_expected_token else ""
         reference = "the unedited model's answer" if against_unedited else "the expected answer"
         self.convention = (
@@ -176,7 +182,8 @@ class JudgedKind(ScoreKind):
         prompt = self._asked(item, prompt)
         seed = config.seed + item.case_id if g.do_sample else 0
         per_token_of = item.expected if g.per_expected_token else None
-        return Generate(prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop, per_token_of)
+        chat = g.chat_template and not item.chat_template  # scoring.chat_template formatted the prompt already
+        return Generate(prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop, per_token_of, chat)
 
     def _input(self, item: PromptItem, references: str | tuple[str, ...], prediction: str) -> JudgeInput:
         context = {k: str(v) for k, v in item.details.get("context", {}).items()} | {"stage": item.stage}
@@ -186,7 +193,8 @@ class JudgedKind(ScoreKind):
         """The prompt and the answer's whole budget must fit in the model's positions."""
         g = self.generation
         budget = answer_budget(tokenizer, g.max_new_tokens, item.expected if g.per_expected_token else None)
-        length = len(encode_prompt(tokenizer, self._asked(item, item.prompt)))
+        chat = g.chat_template and not item.chat_template
+        length = len(encode_prompt(tokenizer, format_prompt(tokenizer, self._asked(item, item.prompt), chat)))
         if positions is not None and length + budget > positions:
             raise ValueError(
                 f"the prompt {item.prompt[:60]!r}... is {length} tokens long and its generated answer may take "
@@ -234,6 +242,12 @@ def judge_named(name: str) -> Judge:
     if name not in _JUDGES:
         raise ValueError(f"no judge is registered as {name!r}; known: {sorted(_JUDGES)}")
     return _JUDGES[name]
+
+
+def reset_judge_stats() -> None:
+    """Forget this process's judge counts so far (those of a run that stopped, or of a validate without a report)."""
+    for judge in _JUDGES.values():
+        judge.take_stats()
 
 
 def judge_report() -> dict[str, Any]:

@@ -51,6 +51,7 @@ class PromptItem:
         details: per-prompt extras of the group that a benchmark's own kinds read (options, references, ...).
         stage: ``post`` when the model is scored as edited (every run's metrics), ``pre`` for the unedited model's
             ``_pre`` scores and reference.
+        chat_template: the prompts are already in the tokenizer's chat template (``scoring.chat_template``).
     """
 
     case_id: int
@@ -62,6 +63,7 @@ class PromptItem:
     alternative: str | None
     details: Mapping[str, Any] = field(default_factory=dict)
     stage: Stage = "post"
+    chat_template: bool = False
 
 
 class Request:

@@ -9,8 +9,10 @@ from lightning import Trainer
 
 from lightning_edit.data import CounterFact, ZsRE
 from lightning_edit.data.answers import CONTEXTS, answer_kinds, register_answer_kinds
+from lightning_edit.data.base import DataFormatError
 from lightning_edit.editors import NoEdit
 from lightning_edit.errors import ConfigError
+from lightning_edit.evaluation import ScoringConfig
 from lightning_edit.judges import ContainsJudge, JudgeInput
 from lightning_edit.judges.exact_match import normalize_answer
 from lightning_edit.models.loading import ModelSource
@@ -47,8 +49,8 @@ def test_a_qa_instruction_wraps_the_prompt_after_any_in_context_text():
     (judged,) = kind.requests(item, config=None)
     assert judged.generation.prompt == "New fact: X.\n" + CONTEXTS["qa_inst"].format("The capital of Y is")
     assert judged.generation.max_new_tokens == 50 and judged.generation.stop == (".", "\n")
-    with pytest.raises(ConfigError, match="generated_answers='chat'"):
-        answer_kinds("chat")
+    with pytest.raises(ConfigError, match="generated_answers='system'"):
+        answer_kinds("system")
 
 
 def test_counterfact_generated_answers_equal_a_hand_computation(tmp_path):
@@ -88,6 +90,31 @@ def test_counterfact_generated_answers_equal_a_hand_computation(tmp_path):
     assert rows[0]["answers"]["NS_gen"] == [hand_answer(model, tokenizer, p).strip() for p in neighbours]
     table = answer_rows(data.cases, editor.case_answers)
     assert [rows[0]["case_id"], "NS_gen", neighbours[0], rows[0]["answers"]["NS_gen"][0]] in table
+
+
+CHAT = "{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}Assistant:"
+
+
+@pytest.mark.parametrize("every_prompt_in_chat", [False, True], ids=["answers-only", "scoring.chat_template"])
+def test_the_chat_context_asks_the_prompt_as_a_user_turn_of_the_chat_template(every_prompt_in_chat):
+    """``chat``: the prompt alone in the tokenizer's chat template, once, also when scoring.chat_template already
+    formats every prompt."""
+    editor = NoEdit(ModelSource(TOY), scoring=ScoringConfig(chat_template=every_prompt_in_chat))
+    editor.tokenizer.chat_template = CHAT
+    data = CounterFact("builtin:data/toy/counterfact.json", limit=3, generated_answers="chat")
+    Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
+    for case in data.cases:
+        asked = f"User: {case.groups['paraphrase'].prompts[0]}\nAssistant:"
+        said = hand_answer(editor.model, editor.tokenizer, asked).strip()
+        assert editor.case_answers["PS_gen"][case.case_id][0] == said
+    assert "chat template" in score_kind(answer_kinds("chat")["exact"]).convention
+
+
+def test_the_chat_context_needs_a_tokenizer_with_a_chat_template():
+    editor = NoEdit(ModelSource(TOY))  # the toy GPT-2's tokenizer has none
+    data = CounterFact("builtin:data/toy/counterfact.json", limit=2, generated_answers="chat")
+    with pytest.raises(DataFormatError, match="has no chat template"):
+        Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data)
 
 
 def test_zsre_reports_generated_answers_beside_token_accuracy():
