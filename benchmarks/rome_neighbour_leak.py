@@ -20,6 +20,7 @@ import yaml
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import ROME
 from lightning_edit.editors.locate import EditSites, compute_keys
+from lightning_edit.models.hooks import Trace
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.tokenization import encode_prompt
 from lightning_edit.stats.config import KeyStatistics
@@ -32,15 +33,11 @@ def neighbour_ns(path: Path) -> dict[int, float]:
 
 
 def token_keys(editor: ROME, prompt: str) -> torch.Tensor:
-    """(T, d_in): the input of the edited projection at every token of ``prompt``."""
-    module, keys = editor.arch.module(editor.arch.spec.mlp_out, editor.layer), []
-    handle = module.register_forward_pre_hook(lambda _, inputs: keys.append(inputs[0][0].double()))
-    try:
-        with torch.no_grad():
-            editor.model(torch.tensor([encode_prompt(editor.tokenizer, prompt)]))
-    finally:
-        handle.remove()
-    return keys[0]
+    """(T, d_in): the input of the edited projection at every token of ``prompt`` (the forward stops there)."""
+    name = editor.arch.layer_name(editor.arch.spec.mlp_out, editor.layer)
+    with torch.no_grad(), Trace(editor.model, name, inputs=True, outputs=False, stop_after=name) as trace:
+        editor.model(torch.tensor([encode_prompt(editor.tokenizer, prompt)]))
+    return trace.inputs[name][0].double()
 
 
 def main() -> None:
