@@ -63,10 +63,6 @@ class BAKE(EditDataModule):
 
     Args:
         path: the BAKE JSON file.
-        limit: keep only this many cases (quick runs); None keeps all.
-        sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
-        batch_size: edit cases per validation step.
-        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         variant: ``qa`` scores reverse QA and judgment; ``judge`` judgment only (a record's ``reverse_qa`` block is
             then ignored, as the paper's code does, with a logged note).
         convention: ``probability`` (the paper) or ``token_accuracy`` (the 2025 EasyEdit-based code).
@@ -77,22 +73,20 @@ class BAKE(EditDataModule):
             upper-cased (BAKE-J, :func:`judge_statement`).
         judge_candidates: the (expected, alternative) answers of a judgment; default: the record's
             ``reverse_judge`` targets with ``record``, ("yes, it is true", "no, it is false") with a template.
+        **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
     def __init__(
         self,
         path: str,
-        limit: int | None = None,
-        sample_seed: int | None = None,
-        batch_size: int = 8,
         variant: Literal["qa", "judge"] = "qa",
         convention: Literal["probability", "token_accuracy"] = "probability",
         pre_edit_filter: bool = True,
         judge_template: str = "record",
         judge_candidates: tuple[str, str] | None = None,
-        offset: int = 0,
+        **kwargs: Any,
     ):
-        super().__init__(path, limit, sample_seed, batch_size, offset)
+        super().__init__(path, **kwargs)
         self.variant, self.convention, self.pre_edit_filter = variant, convention, pre_edit_filter
         template = JUDGE_TEMPLATES.get(judge_template, judge_template)
         if template and template.count("{}") != 1:

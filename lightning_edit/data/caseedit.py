@@ -120,29 +120,23 @@ class CaseEdit(EditDataModule):
 
     Args:
         path: the CaseEdit JSON (list) or JSONL file.
-        limit: keep only this many cases; None keeps all.
-        sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones (the paper
-            draws its n edits at random).
-        batch_size: edit cases per validation step.
-        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         convention: ``letter`` (the paper's: next-token logits of A-E after the listed options) or ``cloze``
             (option likelihoods after the question stem).
         answer_cue: the last line of a ``letter`` prompt. The letter follows it after a space (``ĠA``, ``▁A``)
             unless it ends with whitespace: ``"Answer:\\n"`` reads the bare letters (``A``), for tokenizers that
             have no single token for a letter after a space.
+        **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`); ``sample_seed``
+            draws the n edits at random, as the paper does.
     """
 
     def __init__(
         self,
         path: str,
-        limit: int | None = None,
-        sample_seed: int | None = None,
-        batch_size: int = 8,
         convention: Literal["letter", "cloze"] = "letter",
         answer_cue: str = "Answer:",
-        offset: int = 0,
+        **kwargs: Any,
     ):
-        super().__init__(path, limit, sample_seed, batch_size, offset)
+        super().__init__(path, **kwargs)
         self.convention, self.answer_cue = convention, answer_cue
 
     def load_cases(self) -> list[EditCase]:

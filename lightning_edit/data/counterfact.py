@@ -50,28 +50,22 @@ class CounterFact(EditDataModule):
 
     Args:
         path: the CounterFact JSON file, in the ROME format or the flat split format.
-        limit: keep only this many cases (quick runs); None keeps all.
-        sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
-        batch_size: edit cases per validation step.
-        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         generation: also score the ``generation_prompts`` by n-gram entropy (GE); ROME format only.
         generated_answers: also generate an answer to the rewrite, paraphrase and neighbourhood prompts and grade it
             (QAEdit: ES_gen, ES_gen_contains, PS_gen, PS_gen_contains, NS_gen; :mod:`lightning_edit.data.answers`),
             with the prompt alone (``bare``), in a QA instruction (``qa_inst``) or as a user turn of the tokenizer's
             chat template (``chat``); None: teacher forcing only.
+        **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
     def __init__(
         self,
         path: str,
-        limit: int | None = None,
-        sample_seed: int | None = None,
-        batch_size: int = 8,
         generation: bool = False,
         generated_answers: AnswerContext | None = None,
-        offset: int = 0,
+        **kwargs: Any,
     ):
-        super().__init__(path, limit, sample_seed, batch_size, offset)
+        super().__init__(path, **kwargs)
         self.generation = generation
         self.generated_answers = generated_answers
         self.answer_kinds = answer_kinds(generated_answers) if generated_answers else None

@@ -68,10 +68,6 @@ class RuleEdit(EditDataModule):
 
     Args:
         path: the folder of rule folders (``builtin:data/ruleedit``, or ``ruleedit-200`` for the published archive).
-        limit: keep only this many cases (quick runs); None keeps all.
-        sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
-        batch_size: edit cases per validation step.
-        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         task: which records become cases: ``formula``, ``description`` or ``instance`` edits (the paper's three
             tasks; metrics named as in its tables), ``all`` three (metrics prefixed by the task, ``formula_Rel``),
             or ``hierarchy`` (the Rule Hierarchical Test, ``hierarchy.json``).
@@ -96,14 +92,12 @@ class RuleEdit(EditDataModule):
             ``evaluate_utils.py`` 385-397). Greedy answers agree token by token whatever the budget, so ``expected``
             generates that many tokens.
         new_tokens_per_answer_token: the answer's budget, per token of the expected answer (the reference code: 3).
+        **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
     def __init__(
         self,
         path: str,
-        limit: int | None = None,
-        sample_seed: int | None = None,
-        batch_size: int = 8,
         task: Literal["formula", "description", "instance", "all", "hierarchy"] = "formula",
         case_grouping: Literal["records", "dmle_staged"] = "records",
         instance_edits: int | None = None,
@@ -111,9 +105,9 @@ class RuleEdit(EditDataModule):
         locality: Literal["ground_truth", "unedited"] = "ground_truth",
         locality_tokens: Literal["budget", "expected"] = "budget",
         new_tokens_per_answer_token: int = 3,
-        offset: int = 0,
+        **kwargs: Any,
     ):
-        super().__init__(path, limit, sample_seed, batch_size, offset)
+        super().__init__(path, **kwargs)
         if task not in (*VIEWS, "all", "hierarchy"):
             raise ConfigError(f"data.task={task!r}: one of formula, description, instance, all, hierarchy")
         if case_grouping not in ("records", "dmle_staged"):

@@ -110,10 +110,6 @@ class ScEdit(EditDataModule):
 
     Args:
         path: the ScEdit JSON file (or ``scedit``: the published file of ``variant``, downloaded once).
-        limit: keep only this many cases (quick runs); None keeps all.
-        sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
-        batch_size: edit cases per validation step.
-        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         variant: ``cf`` (counterfactual edits) or ``t`` (temporal edits); a file of the other setting is an error.
         generation: also score the Script Questions by the n-gram entropy of a sampled script (GE).
         text_level: also judge the scripts the model writes for the Script Questions (CF): Exec, Coh, Cons, Comp.
@@ -124,23 +120,21 @@ class ScEdit(EditDataModule):
         script_prompt: the prompt of a script, with ``{question}`` for the Script Question; None: the paper's
             (:data:`SCRIPT_PROMPT`). The toy models, trained on bare how-to scripts, write theirs after ``{question}``.
         script_max_new_tokens: token budget of a generated script (the released code: 300 tokens with the prompt).
+        **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
     def __init__(
         self,
         path: str,
-        limit: int | None = None,
-        sample_seed: int | None = None,
-        batch_size: int = 8,
         variant: Literal["cf", "t"] = "cf",
         generation: bool = False,
         text_level: bool = False,
         judge: dict[str, Any] | None = None,
         script_prompt: str | None = None,
         script_max_new_tokens: int = SCRIPT_MAX_NEW_TOKENS,
-        offset: int = 0,
+        **kwargs: Any,
     ):
-        super().__init__(path, limit, sample_seed, batch_size, offset)
+        super().__init__(path, **kwargs)
         if text_level and variant != "cf":
             raise ConfigError("data.text_level judges scripts for ScEdit-CF's Script Questions; ScEdit-T has none")
         if judge is not None and (len(judge) != 1 or not isinstance(next(iter(judge.values())), dict)):

@@ -18,7 +18,7 @@ accuracy of ``loc_ans`` after ``loc + "?"``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, register_answer_kinds
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
@@ -41,10 +41,6 @@ class ZsRE(EditDataModule):
 
     Args:
         path: the zsRE JSON file in the MEND format.
-        limit: keep only this many cases (quick runs); None keeps all.
-        sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
-        batch_size: edit cases per validation step.
-        offset: cases to skip before ``limit`` counts (e.g. those a preset was chosen on).
         edit_target: the edit target. "alt" edits towards ``alt`` as EasyEdit and MEND do (true answer ``answers[0]``;
             records with an empty ``alt`` are skipped and reported); "answers0" edits towards ``answers[0]`` as
             ROME and MEMIT do (true answer unknown).
@@ -52,21 +48,19 @@ class ZsRE(EditDataModule):
             (QAEdit: rewrite_gen, rewrite_gen_contains, rephrase_gen, rephrase_gen_contains, locality_gen;
             :mod:`lightning_edit.data.answers`), the question alone (``bare``), in a QA instruction (``qa_inst``) or
             as a user turn of the tokenizer's chat template (``chat``).
+        **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
     def __init__(
         self,
         path: str,
-        limit: int | None = None,
-        sample_seed: int | None = None,
-        batch_size: int = 8,
         edit_target: Literal["alt", "answers0"] = "alt",
         generated_answers: AnswerContext | None = None,
-        offset: int = 0,
+        **kwargs: Any,
     ):
         if edit_target not in ("alt", "answers0"):
             raise ConfigError(f"data.edit_target={edit_target!r}: one of alt, answers0")
-        super().__init__(path, limit, sample_seed, batch_size, offset)
+        super().__init__(path, **kwargs)
         self.edit_target, self.generated_answers = edit_target, generated_answers
         self.answer_kinds = answer_kinds(generated_answers) if generated_answers else None
 
