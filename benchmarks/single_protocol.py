@@ -2,6 +2,7 @@
 
     python benchmarks/single_protocol.py --threads 1                   # ROME and MEMIT, toy GPT-2, 100 toy cases
     python benchmarks/single_protocol.py --methods AlphaEdit --model toy-llama --batch-size 100
+    python benchmarks/single_protocol.py --generated-answers bare   # also a greedy answer to every prompt
 
 For each method, three ``lightning-edit validate`` runs in this process (``build_cli``, so the clock covers the whole
 command after Python's imports: model loading, Trainer set-up, editing, scoring and reports) on the same cases:
@@ -14,7 +15,9 @@ command after Python's imports: model loading, Trainer set-up, editing, scoring 
 3. ``batched``: the default, the cases of a data batch (``--batch-size``) optimised together and scored in one
    pass where each case's rows see its own low-rank update.
 
-The scorer computes logits only where it scores on every path. The statistics cache and the context templates are
+The scorer computes logits only where it scores on every path. With ``--generated-answers`` every run also generates
+and grades an answer to each prompt (``--data.generated_answers``, QAEdit's convention); on the batched path the
+answers of a data batch's cases are generated together, each row on its own case's update. The statistics cache and the context templates are
 warmed first by a short run. The script checks that every path gives every case the same scores (cases.jsonl) and
 prints cases/s and each path's speed-up over the reference.
 """
@@ -38,6 +41,8 @@ def run(method: str, args, limit: int, flags: list[str], directory: Path) -> tup
     """Seconds of one validate command (``single`` protocol, the toy flags of toy_runs.py), and its per-case scores."""
     data = ["--data.path=builtin:data/toy/counterfact.json", f"--data.limit={limit}"]
     data += [f"--data.batch_size={args.batch_size}"]
+    if args.generated_answers:
+        data += [f"--data.generated_answers={args.generated_answers}"]
     _, seconds = validate(method, args.model, "counterfact", directory, [*data, *flags])
     cases = [json.loads(line) for line in (directory / "cases.jsonl").read_text().splitlines()]
     return seconds, [{"case_id": case["case_id"], "scores": case["scores"]} for case in cases]
@@ -49,6 +54,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["ROME", "MEMIT"], help="rows of toy_runs.py")
     parser.add_argument("--limit", type=int, default=100, help="the first cases of the toy CounterFact file")
     parser.add_argument("--batch-size", type=int, default=32, help="--data.batch_size: cases edited together")
+    parser.add_argument("--generated-answers", default=None, help="--data.generated_answers: bare, qa_inst, chat")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS), help="the paths to run")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
@@ -59,15 +66,17 @@ def main() -> None:
     for method in args.methods:
         run(method, args, 4, [], root / f"{method}-warm-up")  # statistics, templates
         timings, scores = {}, {}
-        for path, flags in PATHS.items():
-            timings[path], scores[path] = run(method, args, args.limit, flags, root / f"{method}-{path}")
-        equal = all(scores[path] == scores["reference"] for path in PATHS)
-        for path in PATHS:
+        for path in args.paths:
+            timings[path], scores[path] = run(method, args, args.limit, PATHS[path], root / f"{method}-{path}")
+        first = args.paths[0]
+        equal = all(scores[path] == scores[first] for path in args.paths)
+        for path in args.paths:
             seconds = timings[path]
-            rows.append((method, path, seconds, args.limit / seconds, timings["reference"] / seconds, equal))
-    print(f"\n{args.model}, {args.limit} toy CounterFact cases, single protocol, data.batch_size {args.batch_size}, "
-          f"threads {torch.get_num_threads()} (runs in {root})\n")  # fmt: skip
-    print("| method | path | seconds | cases/s | speed-up | per-case scores equal to the reference |")
+            rows.append((method, path, seconds, args.limit / seconds, timings[first] / seconds, equal))
+    answers = f", generated answers ({args.generated_answers})" if args.generated_answers else ""
+    print(f"\n{args.model}, {args.limit} toy CounterFact cases{answers}, single protocol, data.batch_size "
+          f"{args.batch_size}, threads {torch.get_num_threads()} (runs in {root})\n")  # fmt: skip
+    print(f"| method | path | seconds | cases/s | speed-up over {first} | per-case scores equal to {first}'s |")
     print("|---|---|---|---|---|---|")
     for method, path, seconds, rate, speedup, equal in rows:
         print(f"| {method} | {path} | {seconds:.1f} | {rate:.2f} | {speedup:.2f}x | {'yes' if equal else 'NO'} |")

@@ -103,20 +103,21 @@ def answer_budget(tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, per_t
     return max_new_tokens * len(tokenizer.encode(per_token_of, add_special_tokens=False))
 
 
-def _run_generate(model, tokenizer, requests: list[Generate], batch_size: int) -> list[str]:
-    texts: dict[Generate, str] = {}
-    calls: dict[tuple, list[Generate]] = {}
-    for r in requests:
+def _run_generate(model, tokenizer, requests: list[Generate], batch_size: int, owners=None) -> list[str]:
+    texts: dict[int, str] = {}
+    calls: dict[tuple, list[int]] = {}
+    for i, r in enumerate(requests):
         budget = answer_budget(tokenizer, r.max_new_tokens, r.per_token_of)
-        calls.setdefault((budget, r.do_sample, r.top_k, r.temperature, r.seed, r.stop), []).append(r)
-    for (max_new_tokens, do_sample, top_k, temperature, seed, stop), group in calls.items():
+        calls.setdefault((budget, r.do_sample, r.top_k, r.temperature, r.seed, r.stop), []).append(i)
+    for (max_new_tokens, do_sample, top_k, temperature, seed, stop), indices in calls.items():
+        prompts = [format_prompt(tokenizer, requests[i].prompt, requests[i].chat_template) for i in indices]
         outputs = generate(
-            model, tokenizer, [format_prompt(tokenizer, r.prompt, r.chat_template) for r in group],
-            max_new_tokens=max_new_tokens, do_sample=do_sample,
-            top_k=top_k, temperature=temperature, stop_strings=stop, seed=seed, batch_size=batch_size,
+            model, tokenizer, prompts, max_new_tokens=max_new_tokens, do_sample=do_sample, top_k=top_k,
+            temperature=temperature, stop_strings=stop, seed=seed, batch_size=batch_size,
+            owners=None if owners is None else [owners[i] for i in indices],
         )  # fmt: skip
-        texts.update(zip(group, outputs))
-    return [texts[r] for r in requests]
+        texts.update(zip(indices, outputs))
+    return [texts[i] for i in range(len(requests))]
 
 
 class JudgedAnswer(NamedTuple):
@@ -126,23 +127,27 @@ class JudgedAnswer(NamedTuple):
     answer: str
 
 
-def _run_judged(model, tokenizer, requests: list[Judged], batch_size: int) -> list[JudgedAnswer]:
-    texts = run_requests(model, tokenizer, [r.generation for r in requests], batch_size)
+def _run_judged(model, tokenizer, requests: list[Judged], batch_size: int, owners=None) -> list[JudgedAnswer]:
+    generations = [r.generation for r in requests]
+    texts = run_requests(model, tokenizer, generations, batch_size, owners)
+    answers = [
+        (texts[g] if owners is None else texts[owner, g]).strip()
+        for g, owner in zip(generations, owners or [None] * len(requests))
+    ]
     by_judge: dict[str, list[int]] = {}
     for i, request in enumerate(requests):
         by_judge.setdefault(request.judge, []).append(i)
     verdicts: dict[int, Verdict] = {}
     for name, indices in by_judge.items():
         items = [
-            JudgeInput(r.question, r.references, texts[r.generation].strip(), r.context)
-            for r in (requests[i] for i in indices)
+            JudgeInput(requests[i].question, requests[i].references, answers[i], requests[i].context) for i in indices
         ]
         verdicts.update(zip(indices, judge_named(name).judge(items)))
-    return [JudgedAnswer(verdicts[i], texts[r.generation].strip()) for i, r in enumerate(requests)]
+    return [JudgedAnswer(verdicts[i], answers[i]) for i in range(len(requests))]
 
 
-register_request(Generate, _run_generate)
-register_request(Judged, _run_judged)
+register_request(Generate, _run_generate, routed=True)
+register_request(Judged, _run_judged, routed=True)
 
 
 class JudgedKind(ScoreKind):

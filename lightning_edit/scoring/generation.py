@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from lightning_edit.models.row_updates import routed
 from lightning_edit.models.tokenization import encode_prompt, pad
 
 
@@ -23,6 +25,7 @@ def generate(
     stop_strings: tuple[str, ...] = (),
     seed: int = 0,
     batch_size: int = 16,
+    owners: Sequence[int] | None = None,
 ) -> list[str]:
     """The continuation of each prompt (without the prompt), cut before the first stop string.
 
@@ -32,6 +35,9 @@ def generate(
         do_sample: sample instead of greedy decoding; ``top_k`` and ``temperature`` shape the sampling.
         stop_strings: generation of a prompt ends at the first of these; the text is cut before it.
         seed: seeds the sampling, so a call is reproducible whatever ran before.
+        owners: whose row updates each prompt's rows see (:func:`~lightning_edit.models.row_updates.routed`), so
+            the prompts of many independently edited models share batches; generation keeps every row of a batch
+            to its end, so a row's owner holds for all its steps.
     """
     if (max_new_tokens is None) == (max_length is None):
         raise ValueError("give exactly one of max_new_tokens and max_length")
@@ -57,12 +63,13 @@ def generate(
             for start in range(0, len(indices), batch_size):
                 chunk = indices[start : start + batch_size]
                 input_ids, attention_mask, _ = pad([encoded[i] for i in chunk], tokenizer.pad_token_id, "left")
-                output = model.generate(
-                    input_ids=input_ids.to(model.device),
-                    attention_mask=attention_mask.to(model.device),
-                    max_new_tokens=budget,
-                    **options,
-                )
+                with routed(model, None if owners is None else [owners[i] for i in chunk]):
+                    output = model.generate(
+                        input_ids=input_ids.to(model.device),
+                        attention_mask=attention_mask.to(model.device),
+                        max_new_tokens=budget,
+                        **options,
+                    )
                 for i, row in zip(chunk, output[:, input_ids.shape[1] :]):
                     texts[i] = cut_at_stop(tokenizer.decode(row, skip_special_tokens=True), stop_strings)
     return texts
