@@ -162,3 +162,43 @@ def test_runners_without_routing_run_once_per_owner(tiny_lm):
     with torch.no_grad():
         module.weight.copy_(saved)
     assert texts[0, request] == edited and texts[1, request] == unedited and edited != unedited
+
+
+def test_greedy_answers_of_many_owners_share_one_generate_call(tiny_lm):
+    """Generate is routed: the answers of three owners (different prompt lengths, left-padded together) come from one
+    ``generate`` call, each equal to the answer on its owner's written weights."""
+    from lightning_edit.judges.kind import Generate
+    from lightning_edit.scoring.kinds import run_requests
+
+    model, tokenizer = tiny_lm
+    arch = resolve_architecture(model)
+    name = arch.layer_name(arch.spec.mlp_out, 1)
+    generator = torch.Generator().manual_seed(2)
+    changes = [
+        LowRankUpdate(torch.randn(arch.hidden_size, 1, generator=generator),
+                      torch.randn(arch.mlp_hidden_size, 1, generator=generator))
+        for _ in range(2)
+    ]  # fmt: skip
+    requests = [Generate(prompt, max_new_tokens=8, stop=(".",)) for prompt in PROMPTS]
+    rows = RowUpdates(model, 3)
+    for owner, change in enumerate(changes):  # owner 2 keeps the unedited weights
+        rows.add(owner, name, change)
+    calls = []
+    original = model.generate
+    model.generate = lambda **kwargs: calls.append(kwargs["input_ids"].shape[0]) or original(**kwargs)
+    try:
+        with rows:
+            texts = run_requests(model, tokenizer, requests, 8, owners=[0, 1, 2])
+    finally:
+        del model.generate
+    assert calls == [3]
+    module, saved = arch.module(name), arch.module(name).weight.detach().clone()
+    for owner, request in enumerate(requests):
+        with torch.no_grad():
+            if owner < len(changes):
+                module.weight += from_linear(changes[owner].matrix().to(saved.dtype), arch.weight_layout(module))
+            written = run_requests(model, tokenizer, [request], 8)[request]
+            module.weight.copy_(saved)
+        assert texts[owner, request] == written
+    unedited = run_requests(model, tokenizer, requests[:2], 8)
+    assert any(texts[owner, requests[owner]] != unedited[requests[owner]] for owner in range(2))  # the updates show
