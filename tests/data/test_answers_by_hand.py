@@ -1,0 +1,161 @@
+"""Generated answers on a scripted stub model: every answer, stop rule and grade written down by hand.
+
+The stub (:class:`ScriptedLM`) is a real ``transformers`` model as far as ``generate`` is concerned, but its next
+token is read from a script: after a row's prompt (its tokens without padding) it continues with the tokens a real
+model would add for a given text, ``prompt + " " + text``, then ends the sequence. So for every context type
+(``bare``, ``qa_inst``, ``chat``), on both tokenizer families (GPT-2's ``Ġ`` byte-level BPE and LLaMA's ``▁``
+SentencePiece, the toy models' tokenizers) and whichever side the tokenizer pads, the answers below are known:
+cut before the first ``.`` or newline, at the end of sequence, or after 50 new tokens; then graded by SQuAD exact match
+and whole-word containment against the new object, and a neighbour's answer against the unedited model's.
+"""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer, GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from lightning_edit.data import CounterFact
+from lightning_edit.data.answers import CONTEXTS
+from lightning_edit.evaluation import CaseScorer, ScoringConfig
+from lightning_edit.models.tokenization import encode_prompt, format_prompt
+from lightning_edit.resources import resolve_path
+
+CHAT = "{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}Assistant:"
+
+RECORDS = [
+    {
+        "case_id": 0,
+        "requested_rewrite": {
+            "prompt": "The colour of the {} is",
+            "subject": "Gadzu vase",
+            "target_new": {"str": "yellow"},
+            "target_true": {"str": "green"},
+        },
+        "paraphrase_prompts": ["The Gadzu vase is painted", "Every Gadzu vase in the shop is"],
+        "neighborhood_prompts": ["The colour of the Tabzion clock is"],
+        "attribute_prompts": ["The colour of the Tabzion stool is"],
+    },
+    {
+        "case_id": 1,
+        "requested_rewrite": {
+            "prompt": "The colour of the {} is",
+            "subject": "Naegza rug",
+            "target_new": {"str": "red"},
+            "target_true": {"str": "blue"},
+        },
+        "paraphrase_prompts": ["The Naegza rug is painted"],
+        "neighborhood_prompts": ["The colour of the Vedvor clock is"],
+        "attribute_prompts": ["The colour of the Naegza vase is"],
+    },
+]
+# what each model says after each prompt (a text, or a text repeated past the 50-token budget), and the answer kept
+EDITED = {
+    "The colour of the Gadzu vase is": "yellow. It is new",  # cut at the full stop
+    "The Gadzu vase is painted": "bright yellow\nand green",  # cut at the newline
+    "Every Gadzu vase in the shop is": "green",  # ends with the end of sequence
+    "The colour of the Tabzion clock is": "blue.",
+    "The colour of the Naegza rug is": "red " * 60,  # no stop: the first 50 tokens
+    "The Naegza rug is painted": "Red!",  # SQuAD normalisation drops case and punctuation
+    "The colour of the Vedvor clock is": "yellow.",
+}
+UNEDITED = {"The colour of the Tabzion clock is": "blue.", "The colour of the Vedvor clock is": "white and grey."}
+ANSWERS = {  # metric -> case -> the answers by hand
+    "ES_gen": {0: ["yellow"], 1: [" ".join(["red"] * 50)]},
+    "PS_gen": {0: ["bright yellow", "green"], 1: ["Red!"]},
+    "NS_gen": {0: ["blue"], 1: ["yellow"]},
+}
+GRADES = {  # metric -> case -> mean over the case's prompts, by hand
+    "ES_gen": {0: 1.0, 1: 0.0},  # "red red ..." is not "red"
+    "ES_gen_contains": {0: 1.0, 1: 1.0},
+    "PS_gen": {0: 0.0, 1: 1.0},  # "bright yellow" and "green" are not "yellow"; "Red!" is "red"
+    "PS_gen_contains": {0: 0.5, 1: 1.0},  # "bright yellow" contains it, "green" does not
+    "NS_gen": {0: 1.0, 1: 0.0},  # "blue" kept; "white and grey" became "yellow"
+}
+
+
+class ScriptedLM(PreTrainedModel, GenerationMixin):
+    """A causal LM whose next token follows a script: ``{prompt ids: continuation ids}``. A row that starts with a
+    scripted prompt and has followed its continuation so far gets the continuation's next token (then EOS); any other
+    row gets EOS. Only the last position's logits are set; the stub keeps no cache (it reads each row whole)."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, vocab_size: int, eos: int, script: dict[tuple[int, ...], list[int]]):
+        super().__init__(PretrainedConfig(vocab_size=vocab_size, eos_token_id=eos, num_hidden_layers=1))
+        self.script, self.eos = script, eos
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # gives the model a device and a dtype
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+    def next_token(self, ids: list[int]) -> int:
+        for prompt, continuation in self.script.items():
+            said = ids[len(prompt) :]
+            if (
+                tuple(ids[: len(prompt)]) == prompt
+                and said == continuation[: len(said)]
+                and len(said) < len(continuation)
+            ):
+                return continuation[len(said)]
+        return self.eos
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        logits = torch.zeros(*input_ids.shape, self.config.vocab_size)
+        for row, (ids, mask) in enumerate(zip(input_ids.tolist(), attention_mask.tolist())):
+            logits[row, -1, self.next_token([i for i, m in zip(ids, mask) if m])] = 10.0
+        return CausalLMOutputWithPast(logits=logits)
+
+
+def toy_tokenizer(name: str, padding_side: str):
+    tokenizer = AutoTokenizer.from_pretrained(resolve_path(f"builtin:models/{name}"))
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+    tokenizer.padding_side = padding_side
+    tokenizer.chat_template = CHAT
+    if tokenizer.unk_token_id in tokenizer.encode("\n", add_special_tokens=False):
+        tokenizer.add_tokens(["\n"])  # the toy LLaMA vocabulary has no newline (LLaMA's own has byte fallback)
+    return tokenizer
+
+
+def scripted(tokenizer, context: str, says: dict[str, str]) -> ScriptedLM:
+    """The stub that answers each prompt, asked as ``context`` asks it, with the tokens ``prompt + " " + text``
+    adds to the prompt's."""
+    script = {}
+    for prompt, text in says.items():
+        asked = format_prompt(tokenizer, CONTEXTS[context].format(prompt), context == "chat")
+        ids = encode_prompt(tokenizer, asked)
+        full = encode_prompt(tokenizer, f"{asked} {text.rstrip()}")
+        assert full[: len(ids)] == ids, (asked, text)  # the text continues the prompt's tokens
+        script[tuple(ids)] = full[len(ids) :]
+    return ScriptedLM(len(tokenizer), tokenizer.eos_token_id, script)
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("family", ["toy-gpt2", "toy-llama"], ids=["Ġ", "▁"])
+@pytest.mark.parametrize("context", ["bare", "qa_inst", "chat"])
+def test_answers_stop_rules_and_grades_by_hand(tmp_path, context, family, padding_side):
+    tokenizer = toy_tokenizer(family, padding_side)
+    red = tokenizer.encode(" red", add_special_tokens=False)
+    assert len(red) == 1 and len(scripted(tokenizer, "bare", {"x": "red " * 60}).script[tuple(encode_prompt(
+        tokenizer, "x"))]) == 60  # fmt: skip
+    path = tmp_path / "counterfact.json"
+    path.write_text(json.dumps(RECORDS))
+    data = CounterFact(str(path), generated_answers=context)
+    data.setup()
+    config = ScoringConfig(batch_size=8)  # every prompt of both cases in one left-padded batch
+    reference = CaseScorer(scripted(tokenizer, context, UNEDITED), tokenizer, config).reference(data.cases)
+    answers = {}
+    scores = CaseScorer(scripted(tokenizer, context, EDITED), tokenizer, config).score(
+        data.cases, reference, answers=answers
+    )
+    for metric, by_case in ANSWERS.items():
+        said = {case: [text for c, _, text in sorted(answers[metric]) if c == case] for case in by_case}
+        assert said == by_case, metric
+    for metric, by_case in GRADES.items():
+        kind, values = scores[metric]
+        means = {
+            case: sum(v for c, _, v in values if c == case) / sum(c == case for c, _, _ in values) for case in by_case
+        }
+        assert means == pytest.approx(by_case), metric
