@@ -6,13 +6,16 @@
         --stats-corpus smollm2-samples.jsonl --flags --trainer.accelerator cuda
     python benchmarks/real_editing.py --preset smollm2-135m --benchmark zsre --data <dir>/zsre_mend_eval.json
     python benchmarks/real_editing.py --preset smollm2-135m --benchmark ruleedit --data builtin:data/ruleedit --limit 79
+    python benchmarks/real_editing.py --data <dir>/counterfact-val.json --methods MEMIT --generated-answers bare
 
 Each row is one ``lightning-edit validate`` command in a process of its own (printed on stderr), composed of
 ``configs/methods/<method>.yaml``, ``configs/models/<preset>.yaml`` (editors that take no preset get its ``lm.path``)
 and ``configs/benchmarks/<benchmark>.yaml``, then the key-statistics options (only for the editors that take them) and
 ``--flags``. Seconds per edit are the whole command's wall clock
 (model loading and the unedited checks included) over the number of edits; peak memory is the process's maximum
-resident set. Metrics are macro means (ROME's aggregation). Each run's results.json is under ``--root``.
+resident set. Metrics are macro means (ROME's aggregation). With ``--generated-answers`` the runs also generate and
+grade an answer to every prompt (``--data.generated_answers``) and the table adds those metrics. Each run's
+results.json is under ``--root``.
 """
 
 import argparse
@@ -50,6 +53,11 @@ METRICS = {
     "counterfact": ("ES", "PS", "NS", "rewrite_acc", "rephrase_acc", "locality_acc"),  # ROME's and EasyEdit's
     "zsre": ("rewrite_acc", "rephrase_acc", "locality_acc"),
     "ruleedit": ("Rel", "Gen", "Loc", "IP", "RU"),  # the paper's five, judged by sympy (its judge is an LLM)
+}
+#: the generated-answer metrics beside them (``--generated-answers``; docs/metrics.md#generated-answers)
+GENERATED = {
+    "counterfact": ("ES_gen", "ES_gen_contains", "PS_gen", "PS_gen_contains", "NS_gen"),
+    "zsre": ("rewrite_gen", "rewrite_gen_contains", "rephrase_gen", "rephrase_gen_contains", "locality_gen"),
 }
 
 
@@ -94,16 +102,21 @@ def main() -> None:
     parser.add_argument("--stats-samples", type=int, default=600, help="its documents (--model.stats.n_samples)")
     parser.add_argument("--methods", nargs="+", default=["unedited", "ROME", "MEMIT"], choices=list(METHODS))
     parser.add_argument("--protocol", default="single")
+    parser.add_argument("--generated-answers", choices=["bare", "qa_inst", "chat"], help="--data.generated_answers")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="appended to every command")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--root", type=Path, default=None)
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="real_editing_"))
     metrics = METRICS[args.benchmark]
+    if args.generated_answers:
+        metrics += GENERATED[args.benchmark]
     rows = []
     for method in args.methods:
         directory = root / f"{args.preset}-{args.benchmark}-{args.protocol}-{method}"
         flags = [f"--data.path={args.data}", f"--data.offset={args.offset}", f"--data.limit={args.limit}"]
+        if args.generated_answers:
+            flags += [f"--data.generated_answers={args.generated_answers}"]
         if args.stats_corpus and method in TAKES_STATS:
             flags += [f"--model.stats.corpus={args.stats_corpus}", f"--model.stats.n_samples={args.stats_samples}"]
         flags += args.flags

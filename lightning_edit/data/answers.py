@@ -6,14 +6,16 @@ model says. With ``generated_answers`` a benchmark also generates a greedy answe
 neighbourhood prompts, as QAEdit's code does: at most 50 new tokens (a budget that does not depend on the target),
 ending before the first ``.`` or newline or at the end of sequence. The answer is graded by SQuAD exact match against
 the new object (``<metric>_gen``) and by whole-word containment (``<metric>_gen_contains``); a neighbourhood answer
-must equal the unedited model's answer to the same prompt (``<metric>_gen``). Contexts: ``bare`` (the prompt alone,
+must equal the unedited model's answer to the same prompt (``<metric>_gen``). With ``answer_judge`` (one judge and
+its arguments, e.g. an LLM behind an OpenAI-compatible endpoint with the ``answer_correct`` template) the answers to
+the edit and paraphrase prompts are also graded by it (``<metric>_gen_judged``). Contexts: ``bare`` (the prompt alone,
 QAEdit's default), ``qa_inst`` (QAEdit's QA instruction around it) or ``chat`` (the prompt as one user turn of the
 tokenizer's chat template; a tokenizer without one is an error before any edit).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from lightning_edit.errors import ConfigError
 
@@ -25,29 +27,46 @@ CONTEXTS: dict[str, str] = {"bare": "{}", "qa_inst": "Please answer the question
 MAX_NEW_TOKENS, STOP = 50, (".", "\n")
 
 
-def answer_kinds(context: AnswerContext) -> dict[str, str]:
-    """The names of the three graded-answer kinds of ``context`` by role: ``exact``, ``contains`` (against the
-    expected answer) and ``unchanged`` (equal, after normalisation, to the unedited model's answer)."""
+def answer_kinds(
+    context: AnswerContext | None, judge: dict[str, dict[str, Any]] | None = None
+) -> dict[str, str] | None:
+    """The names of the graded-answer kinds of ``context`` by role: ``exact``, ``contains`` (against the expected
+    answer), ``unchanged`` (equal, after normalisation, to the unedited model's answer) and, with ``judge``,
+    ``judged``; None without a context. A benchmark calls it with its ``generated_answers`` and ``answer_judge``."""
+    if context is None:
+        if judge is not None:
+            raise ConfigError("data.answer_judge grades generated answers: set data.generated_answers too")
+        return None
     if context not in CONTEXTS:
         raise ConfigError(f"data.generated_answers={context!r}: one of {', '.join(CONTEXTS)}, or null")
-    return {role: f"answer_{role}_{context}" for role in ("exact", "contains", "unchanged")}
+    if judge is not None:
+        from lightning_edit.judges import one_judge  # judges load only when used
+
+        one_judge("data.answer_judge", judge)
+    roles = ("exact", "contains", "unchanged") + ("judged",) * (judge is not None)
+    return {role: f"answer_{role}_{context}" for role in roles}
 
 
-def register_answer_kinds(context: AnswerContext) -> dict[str, str]:
+def register_answer_kinds(context: AnswerContext, judge: dict[str, dict[str, Any]] | None = None) -> dict[str, str]:
     """Register the kinds of :func:`answer_kinds` (before the prompt groups that name them are built)."""
-    from lightning_edit.judges.kind import Generation, register_judged_kind  # judges load only when used
+    from lightning_edit.judges import one_judge
+    from lightning_edit.judges.kind import Generation, register_judged_kind
 
-    names = answer_kinds(context)
+    names = answer_kinds(context, judge)
     generation = Generation(MAX_NEW_TOKENS, stop=STOP, template=CONTEXTS[context], chat_template=context == "chat")
     register_judged_kind(names["exact"], "exact_match", generation, label="generated, exact match")
     register_judged_kind(names["contains"], "contains", generation, label="generated, contains")
     register_judged_kind(names["unchanged"], "exact_match", generation, "generated, unchanged", against_unedited=True)
+    if judge is not None:
+        spec = one_judge("data.answer_judge", judge)
+        register_judged_kind(names["judged"], spec, generation, label=f"generated, judged ({spec['class_path']})")
     return names
 
 
 def answer_metrics(kinds: dict[str, str], metric: str, locality: bool = False) -> dict[str, str]:
-    """Kind -> reported name of a group's generated-answer metrics: ``<metric>_gen`` and ``<metric>_gen_contains``,
-    or for a locality group ``<metric>_gen`` alone (the answer unchanged)."""
+    """Kind -> reported name of a group's generated-answer metrics: ``<metric>_gen``, ``<metric>_gen_contains`` and,
+    with a judge, ``<metric>_gen_judged``; for a locality group ``<metric>_gen`` alone (the answer unchanged)."""
     if locality:
         return {kinds["unchanged"]: f"{metric}_gen"}
-    return {kinds["exact"]: f"{metric}_gen", kinds["contains"]: f"{metric}_gen_contains"}
+    names = {kinds["exact"]: f"{metric}_gen", kinds["contains"]: f"{metric}_gen_contains"}
+    return names | ({kinds["judged"]: f"{metric}_gen_judged"} if "judged" in kinds else {})

@@ -18,7 +18,9 @@ Two scoring conventions (``convention``): ``probability``, the paper's code (1 i
 answer is below that of the true one; LS: the true answer stays preferred), and ``token_accuracy``, the 2025
 EasyEdit-based code (teacher-forced token accuracy; LS: argmax agreement with the unedited model; without its
 judgment bug that scores 0 for every non-GRACE method; docs/benchmarks.md#bake). The filter compares probabilities
-under both.
+under both. With ``generated_answers``, a greedy answer to each prompt is also generated and graded beside them
+(``ES_gen``, ``GS_gen``, ``RQS_gen``, ``RJS_gen`` and their ``_contains``, ``LS_gen``;
+:mod:`lightning_edit.data.answers`); the filter leaves the same reverse prompts out of them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import logging
 import math
 from typing import Any, Literal
 
+from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, register_answer_kinds
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
 from lightning_edit.data.counterfact import rome_request
 from lightning_edit.data.schema import EditCase, PromptGroup
@@ -73,6 +76,12 @@ class BAKE(EditDataModule):
             upper-cased (BAKE-J, :func:`judge_statement`).
         judge_candidates: the (expected, alternative) answers of a judgment; default: the record's
             ``reverse_judge`` targets with ``record``, ("yes, it is true", "no, it is false") with a template.
+        generated_answers: also generate an answer to every prompt and grade it (``bare``, ``qa_inst`` or ``chat``;
+            docs/metrics.md#generated-answers): ``<metric>_gen`` (exact match against the expected answer: the new
+            object, the reverse question's new answer, the judgment's "yes") and ``<metric>_gen_contains``; ``LS_gen``
+            (the neighbour's answer unchanged).
+        answer_judge: also grade those answers (edit and paraphrase prompts) by this judge, given as ``{judge: its
+            arguments}`` (e.g. ``openai_chat`` with ``template: answer_correct``): ``<metric>_gen_judged``.
         **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
@@ -84,9 +93,14 @@ class BAKE(EditDataModule):
         pre_edit_filter: bool = True,
         judge_template: str = "record",
         judge_candidates: tuple[str, str] | None = None,
+        generated_answers: AnswerContext | None = None,
+        answer_judge: dict[str, dict[str, Any]] | None = None,
         **kwargs: Any,
     ):
         super().__init__(path, **kwargs)
+        self.generated_answers = generated_answers
+        self.answer_kinds = answer_kinds(generated_answers, answer_judge)
+        self.answer_judge = answer_judge
         self.variant, self.convention, self.pre_edit_filter = variant, convention, pre_edit_filter
         template = JUDGE_TEMPLATES.get(judge_template, judge_template)
         if template and template.count("{}") != 1:
@@ -103,6 +117,8 @@ class BAKE(EditDataModule):
 
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)
+        if self.generated_answers:
+            register_answer_kinds(self.generated_answers, self.answer_judge)
         cases = [self._case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
         ignored = sum("reverse_qa" in record for record in records)
         if self.variant == "judge" and ignored:
@@ -125,18 +141,32 @@ class BAKE(EditDataModule):
         if self.variant == "qa":
             logprobs = ["RQ_logprob_new", "RQ_logprob_true"]
             metrics |= {name + suffix: "logprob" for suffix in ("", "_pre") for name in logprobs}
+        for metric in [name for name in metrics if name in _GENERATED]:
+            metrics |= {name: kind for kind, name in self._generated(metric).items()}
         return metrics | {"RS": "derived", "S": "derived"}
+
+    def _generated(self, metric: str) -> dict[str, str]:
+        """Kind -> name of the generated-answer metrics beside ``metric`` (none without ``generated_answers``)."""
+        return answer_metrics(self.answer_kinds, metric, _GENERATED[metric]) if self.answer_kinds else {}
 
     def _case(self, reader: RecordReader) -> EditCase:
         request = rome_request(reader, _BAKE_KEYS)
         new, true = request.target_new, request.target_true
         probability = self.convention == "probability"
         success = "prob" if probability else "token_acc"
+        metrics = {
+            "ES": {success: "ES"},
+            "GS": {success: "GS"},
+            "LS": {"prob" if probability else "agreement": "LS"},
+            "RQS": {success: "RQS"},
+            "RJS": {success: "RJS"},
+        }
+        metrics = {name: kinds | self._generated(name) for name, kinds in metrics.items()}
         groups = {
-            "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, **{success: "ES"}),
-            "paraphrase": PromptGroup.shared_answer(reader.strings("paraphrase_prompts"), new, true, **{success: "GS"}),
+            "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, **metrics["ES"]),
+            "paraphrase": PromptGroup.shared_answer(reader.strings("paraphrase_prompts"), new, true, **metrics["GS"]),
             "neighborhood": PromptGroup.shared_answer(
-                reader.strings("neighborhood_prompts"), true, new, **{"prob" if probability else "agreement": "LS"}
+                reader.strings("neighborhood_prompts"), true, new, **metrics["LS"]
             ),
         }
         statement = None
@@ -144,7 +174,7 @@ class BAKE(EditDataModule):
             prompt = reader.string("reverse_qa.prompt")
             qa_new, qa_true = reader.answer("reverse_qa.target_new"), reader.answer("reverse_qa.target_true")
             filtered = self.pre_edit_filter
-            groups["reverse_qa"] = PromptGroup.shared_answer([prompt], qa_new, qa_true, filtered, **{success: "RQS"})
+            groups["reverse_qa"] = PromptGroup.shared_answer([prompt], qa_new, qa_true, filtered, **metrics["RQS"])
             groups["reverse_qa_new"] = PromptGroup.shared_answer(
                 [prompt], qa_new, pre_edit=True, logprob="RQ_logprob_new"
             )
@@ -163,7 +193,7 @@ class BAKE(EditDataModule):
                 reader.answer("reverse_judge.target_new"),
                 reader.answer("reverse_judge.target_true"),
             )
-        groups["reverse_judge"] = PromptGroup.shared_answer([judge], yes, no, self.pre_edit_filter, **{success: "RJS"})
+        groups["reverse_judge"] = PromptGroup.shared_answer([judge], yes, no, self.pre_edit_filter, **metrics["RJS"])
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
     def derived_metrics(self, results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -181,6 +211,10 @@ class BAKE(EditDataModule):
         if not all(name in results for name in names):
             return {}
         return {"bake_logprob": logprob_figure({name: results[name]["macro"] for name in names})}
+
+
+#: the metrics that get generated-answer metrics beside them, and whether each is a locality (the answer unchanged)
+_GENERATED = {"ES": False, "GS": False, "LS": True, "RQS": False, "RJS": False}
 
 
 def judge_statement(prompt: str) -> str:

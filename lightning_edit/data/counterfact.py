@@ -55,6 +55,8 @@ class CounterFact(EditDataModule):
             (QAEdit: ES_gen, ES_gen_contains, PS_gen, PS_gen_contains, NS_gen; :mod:`lightning_edit.data.answers`),
             with the prompt alone (``bare``), in a QA instruction (``qa_inst``) or as a user turn of the tokenizer's
             chat template (``chat``); None: teacher forcing only.
+        answer_judge: also grade those answers (edit and paraphrase prompts) by this judge, given as ``{judge: its
+            arguments}`` (e.g. ``openai_chat`` with ``template: answer_correct``): ``<metric>_gen_judged``.
         **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
@@ -63,12 +65,14 @@ class CounterFact(EditDataModule):
         path: str,
         generation: bool = False,
         generated_answers: AnswerContext | None = None,
+        answer_judge: dict[str, dict[str, Any]] | None = None,
         **kwargs: Any,
     ):
         super().__init__(path, **kwargs)
         self.generation = generation
         self.generated_answers = generated_answers
-        self.answer_kinds = answer_kinds(generated_answers) if generated_answers else None
+        self.answer_kinds = answer_kinds(generated_answers, answer_judge)
+        self.answer_judge = answer_judge
 
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)
@@ -78,7 +82,7 @@ class CounterFact(EditDataModule):
                 self.path, "generation=True needs the ROME format; the flat split has no generation prompts"
             )
         if self.generated_answers:
-            register_answer_kinds(self.generated_answers)
+            register_answer_kinds(self.generated_answers, self.answer_judge)
         read_case = self._rome_case if rome else self._flat_case
         return [read_case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
 

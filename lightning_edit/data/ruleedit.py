@@ -43,6 +43,7 @@ from lightning_edit.data.base import DataFormatError, EditDataModule, RecordRead
 from lightning_edit.data.ruleedit_files import FILES, answer_list, as_written, has, rule_folders, source, strings
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.errors import ConfigError
+from lightning_edit.judges import one_judge
 from lightning_edit.judges.kind import Generation, register_judged_kind
 from lightning_edit.resources import resolve_path
 
@@ -120,8 +121,8 @@ class RuleEdit(EditDataModule):
             raise ConfigError(f"data.instance_edits={instance_edits}: at least 1 (the ins record's instance)")
         if case_grouping == "dmle_staged" and instance_edits not in (None, 1):
             raise ConfigError(f"data.instance_edits={instance_edits}: dmle_staged edits the ins record alone (1)")
-        if judge is not None and (len(judge) != 1 or not isinstance(next(iter(judge.values())), dict)):
-            raise ConfigError(f"data.judge={judge}: one judge and its arguments, e.g. {{'exact_match': {{}}}}")
+        if judge is not None:
+            one_judge("data.judge", judge)
         if locality not in ("ground_truth", "unedited"):
             raise ConfigError(f"data.locality={locality!r}: one of ground_truth, unedited")
         if locality_tokens not in ("budget", "expected"):
@@ -185,8 +186,7 @@ class RuleEdit(EditDataModule):
     def _register_judges(self) -> None:
         """The judged kinds: ``judge`` and exact match, on greedy answers of the reference code's length (Loc's: of
         the ground truth's length with ``locality_tokens: expected``)."""
-        [(name, arguments)] = self.judge.items()
-        spec = {"class_path": name, "init_args": arguments}
+        spec = one_judge("data.judge", self.judge)
         for tail in dict.fromkeys(self._judged_tail(metric) for metric in ("Rel", "Loc")):  # the others as Rel
             against_unedited = "_unedited" in tail
             per_token = 1 if "_first_tokens" in tail else self.new_tokens_per_answer_token

@@ -44,6 +44,7 @@ from typing import Any, Literal
 from lightning_edit.data.base import DataFormatError, EditDataModule, RecordReader, read_records
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.errors import ConfigError
+from lightning_edit.judges import one_judge
 from lightning_edit.judges.agreement import spearman
 from lightning_edit.judges.kind import Generation, register_judged_kind
 from lightning_edit.scoring.kinds import ScoreKind, Target, register_kind
@@ -137,9 +138,7 @@ class ScEdit(EditDataModule):
         super().__init__(path, **kwargs)
         if text_level and variant != "cf":
             raise ConfigError("data.text_level judges scripts for ScEdit-CF's Script Questions; ScEdit-T has none")
-        if judge is not None and (len(judge) != 1 or not isinstance(next(iter(judge.values())), dict)):
-            raise ConfigError(f"data.judge={judge}: one judge and its arguments, e.g. {{'local_lm': {{'path': ...}}}}")
-        if judge is not None and "template" in next(iter(judge.values())):
+        if judge is not None and "template" in one_judge("data.judge", judge)["init_args"]:
             raise ConfigError("data.judge: leave the template out; each text-level metric has its own (scedit_*)")
         if script_prompt is not None and "{question}" not in script_prompt:
             raise ConfigError(f"data.script_prompt={script_prompt!r}: write {{question}} where the question goes")
@@ -184,11 +183,9 @@ class ScEdit(EditDataModule):
         """The judged kinds of the text level: ``judge`` with each metric's template, on scripts written as
         :func:`script_generation` writes them."""
         generation = script_generation(self.script_max_new_tokens)
-        [(name, arguments)] = self.judge.items()
+        spec = one_judge("data.judge", self.judge)
         for template in TEXT_METRICS.values():
-            register_judged_kind(
-                template, {"class_path": name, "init_args": arguments | {"template": template}}, generation
-            )
+            register_judged_kind(template, spec | {"init_args": spec["init_args"] | {"template": template}}, generation)
 
     def figures(self, results: dict[str, dict[str, Any]], case_scores: dict[str, dict[int, float]]) -> dict[str, Any]:
         """``scedit_spearman`` (with ``text_level``): Spearman's rho between every two metrics, token level and text

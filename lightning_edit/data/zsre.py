@@ -48,6 +48,8 @@ class ZsRE(EditDataModule):
             (QAEdit: rewrite_gen, rewrite_gen_contains, rephrase_gen, rephrase_gen_contains, locality_gen;
             :mod:`lightning_edit.data.answers`), the question alone (``bare``), in a QA instruction (``qa_inst``) or
             as a user turn of the tokenizer's chat template (``chat``).
+        answer_judge: also grade those answers (edit and paraphrase prompts) by this judge, given as ``{judge: its
+            arguments}`` (e.g. ``openai_chat`` with ``template: answer_correct``): ``<metric>_gen_judged``.
         **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
@@ -56,17 +58,19 @@ class ZsRE(EditDataModule):
         path: str,
         edit_target: Literal["alt", "answers0"] = "alt",
         generated_answers: AnswerContext | None = None,
+        answer_judge: dict[str, dict[str, Any]] | None = None,
         **kwargs: Any,
     ):
         if edit_target not in ("alt", "answers0"):
             raise ConfigError(f"data.edit_target={edit_target!r}: one of alt, answers0")
         super().__init__(path, **kwargs)
         self.edit_target, self.generated_answers = edit_target, generated_answers
-        self.answer_kinds = answer_kinds(generated_answers) if generated_answers else None
+        self.answer_kinds = answer_kinds(generated_answers, answer_judge)
+        self.answer_judge = answer_judge
 
     def load_cases(self) -> list[EditCase]:
         if self.generated_answers:
-            register_answer_kinds(self.generated_answers)
+            register_answer_kinds(self.generated_answers, self.answer_judge)
         cases = []
         for index, record in enumerate(read_records(self.path)):
             case = self._case(RecordReader(self.path, index, record))

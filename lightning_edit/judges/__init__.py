@@ -39,6 +39,15 @@ JUDGES: dict[str, type[Judge]] = {
 }
 
 
+def one_judge(option: str, judge: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec (:func:`build_judge`) of a benchmark option that names one judge and its arguments,
+    ``{name: {argument: value}}``; anything else is a one-line error naming ``option``."""
+    if len(judge) != 1 or not isinstance(next(iter(judge.values())), Mapping):
+        raise ConfigError(f"{option}={judge}: one judge and its arguments, e.g. {{'exact_match': {{}}}}")
+    [(name, arguments)] = judge.items()
+    return {"class_path": name, "init_args": dict(arguments)}
+
+
 def build_judge(spec: str | Mapping[str, Any] | Judge) -> Judge:
     """The judge a config names: a short name of :data:`JUDGES` or a class path, alone or as
     ``{"class_path": ..., "init_args": {...}}``; a :class:`Judge` is returned as it is. Either way the judge is
@@ -99,4 +108,5 @@ __all__ = [
     "SymbolicMathJudge",
     "Verdict",
     "build_judge",
+    "one_judge",
 ]

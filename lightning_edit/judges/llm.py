@@ -17,6 +17,9 @@ The shipped templates:
   equivalent description, whatever else it says; incorrect only for a wrong operation, a contradiction or no answer;
   the reply is ``A`` or ``B``. The reference's own prompt is the user's to supply, as a file, with
   ``reading: exactly_a``.
+- ``answer_correct`` (binary): whether a generated answer gives the reference answer, for the generated answers of
+  CounterFact, zsRE and BAKE (``data.answer_judge``; docs/metrics.md#generated-answers). Written here: QAEdit grades
+  with an LLM too, but its prompt is not reproduced.
 - ``scedit_executability``, ``scedit_coherence``, ``scedit_consistency``, ``scedit_completeness`` (7-point Likert):
   ScEdit's four text-level scales (Li et al., appendix C.1, Figures 8-11), verbatim but for the few-shot examples
   the paper omits; context fields ``prompt``, ``target_true``, ``target_new`` and (completeness) ``tag``.
@@ -46,6 +49,7 @@ Reading = Literal["strict", "exactly_a"]
 TEMPLATES: dict[str, tuple[Scale, str]] = {
     "rule_edit": ("binary", "verdict"),
     "rule_edit_ab": ("binary", "A"),
+    "answer_correct": ("binary", "verdict"),
     "scedit_executability": ("likert7", "executability"),
     "scedit_coherence": ("likert7", "coherence"),
     "scedit_consistency": ("likert7", "consistency"),

@@ -7,7 +7,7 @@ import pytest
 import torch
 from lightning import Trainer
 
-from lightning_edit.data import CounterFact, ZsRE
+from lightning_edit.data import BAKE, CounterFact, ZsRE
 from lightning_edit.data.answers import CONTEXTS, answer_kinds, register_answer_kinds
 from lightning_edit.data.base import DataFormatError
 from lightning_edit.editors import NoEdit
@@ -129,3 +129,46 @@ def test_zsre_reports_generated_answers_beside_token_accuracy():
     }
     assert data.cases[0].groups["locality"].metrics == {"agreement": "locality_acc", kinds["unchanged"]: "locality_gen"}
     assert "neighborhood_gen" not in declared
+
+
+def test_bake_generated_answers_equal_a_hand_computation_and_keep_the_filter(tmp_path):
+    """BAKE with generated answers (NoEdit, toy GPT-2): every reverse prompt the pre-edit filter keeps gets
+    RQS_gen/RJS_gen graded from plain transformers' greedy answer, and the prompts it leaves out get none."""
+    records = json.loads(resolve_path("builtin:data/toy/bake_qa.json").read_text())[:6]
+    for record in records[::2]:  # facts the model knows, so some rewrite grades are 1
+        record["requested_rewrite"]["target_new"] = record["requested_rewrite"]["target_true"]
+    path = tmp_path / "bake.json"
+    path.write_text(json.dumps(records))
+    editor = NoEdit(ModelSource(TOY))
+    data = BAKE(str(path), generated_answers="bare", batch_size=4)
+    Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
+    kinds = answer_kinds("bare")
+    declared = data.declared_metrics()
+    for metric in ("ES", "GS", "RQS", "RJS"):
+        assert declared[f"{metric}_gen"] == kinds["exact"] and declared[f"{metric}_gen_contains"] == kinds["contains"]
+    assert declared["LS_gen"] == kinds["unchanged"] and editor.results["LS_gen"]["macro"] == 1.0
+    model, tokenizer = editor.model, editor.tokenizer
+    checked = 0
+    for record in records:
+        case = record["case_id"]
+        rewrite = record["requested_rewrite"]
+        asked = {
+            "ES": ([rewrite["prompt"].format(rewrite["subject"])], rewrite["target_new"]["str"]),
+            "GS": (record["paraphrase_prompts"], rewrite["target_new"]["str"]),
+            "RQS": ([record["reverse_qa"]["prompt"]], record["reverse_qa"]["target_new"]["str"]),
+            "RJS": ([record["reverse_judge"]["prompt"]], record["reverse_judge"]["target_new"]["str"]),
+        }
+        for metric, (prompts, expected) in asked.items():
+            group = {"RQS": "reverse_qa", "RJS": "reverse_judge"}.get(metric)
+            if group and editor.case_scores[f"{group}_filtered"][case] == 1.0:
+                assert case not in editor.case_scores[f"{metric}_gen"]  # left out, as from RQS/RJS
+                assert case not in editor.case_scores[metric]
+                continue
+            answers = [normalize_answer(hand_answer(model, tokenizer, prompt).strip()) for prompt in prompts]
+            new = normalize_answer(expected)
+            exact = sum(answer == new for answer in answers) / len(answers)
+            contains = sum(f" {new} " in f" {answer} " for answer in answers) / len(answers)
+            scores = (editor.case_scores[f"{metric}_gen"][case], editor.case_scores[f"{metric}_gen_contains"][case])
+            assert scores == pytest.approx((exact, contains)), (metric, case, answers)
+            checked += 1
+    assert checked > 12 and editor.results["ES_gen"]["macro"] > 0

@@ -313,3 +313,49 @@ def test_no_secret_reaches_any_file_or_output(tmp_path, chat_server):
     texts = {str(path): path.read_bytes().decode("latin-1") for path in written} | outputs
     for secret in [KEY, PASTED_KEY, ENV_TOKEN, *FIELD_SECRETS.values()]:
         assert not [name for name, text in texts.items() if secret in text], secret
+
+
+def test_generated_answers_graded_by_an_llm_judge(tmp_path, chat_server, monkeypatch):
+    """``data.answer_judge``: the edit and paraphrase answers (not the neighbours') go to the judge with the
+    ``answer_correct`` template; a server that says yes when the answer contains the reference gives
+    ``<metric>_gen_judged`` equal to ``<metric>_gen_contains``, case by case."""
+    from lightning import Trainer
+
+    from lightning_edit.editors import NoEdit
+    from lightning_edit.errors import ConfigError
+    from lightning_edit.models.loading import ModelSource
+
+    asked = []
+
+    def respond(text: str, n: int):
+        prompt = text.split("Prompt: ")[1].split("\n")[0]
+        reference = text.split("Reference answer: ")[1].split("\n")[0]
+        answer = text.split("Model answer: ")[1].split("\n")[0]
+        asked.append(prompt)
+        return "reply", json.dumps({"verdict": "yes" if reference.lower() in answer.lower() else "no"})
+
+    chat_server.respond = respond
+    records = json.loads((ROOT / "lightning_edit/assets/data/toy/counterfact.json").read_text())[:4]
+    for record in records[::2]:  # facts the model knows: some answers contain the expected object
+        record["requested_rewrite"]["target_new"] = record["requested_rewrite"]["target_true"]
+    path = tmp_path / "counterfact.json"
+    path.write_text(json.dumps(records))
+    spec, env = loopback_judge(chat_server, tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    judge = {"openai_chat": spec["init_args"] | {"template": "answer_correct"}}
+    data = CounterFact(str(path), generated_answers="bare", answer_judge=judge, batch_size=4)
+    editor = NoEdit(ModelSource("builtin:models/toy-gpt2"))
+    Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
+
+    prompts = [r["requested_rewrite"]["prompt"].format(r["requested_rewrite"]["subject"]) for r in records]
+    prompts += [p for r in records for p in r["paraphrase_prompts"]]
+    assert sorted(asked) == sorted(prompts)  # each edit and paraphrase answer once; no neighbour
+    for metric in ("ES", "PS"):
+        assert editor.case_scores[f"{metric}_gen_judged"] == editor.case_scores[f"{metric}_gen_contains"]
+    assert editor.results["ES_gen_judged"]["macro"] > 0 and "NS_gen_judged" not in editor.results
+    assert "answer_correct" in editor.results["ES_gen_judged"]["convention"]
+    with pytest.raises(ConfigError, match="set data.generated_answers too"):
+        CounterFact(str(path), answer_judge=judge)
+    with pytest.raises(ConfigError, match="data.answer_judge=.*one judge and its arguments"):
+        CounterFact(str(path), generated_answers="bare", answer_judge={"openai_chat": "x"})
