@@ -148,6 +148,7 @@ class CaseScorer:
             return current[request] if owners is None else current[owners[item.case_id], request]
 
         results: Scores = {}
+        offsets = _prompt_offsets(cases)
         for item, group, asks in slots:
             if group.pre_edit_filter:
                 left_out = not _prefers_alternative(*_unedited(reference, item, _filter_requests(item)))
@@ -160,9 +161,10 @@ class CaseScorer:
                 unedited = _unedited(reference, item, kind.reference_requests(item, self.config))
                 current_results = [result(item, request) for request in requests]
                 value = kind.value(item, current_results, unedited)
-                results.setdefault(metric, (kind.name, []))[1].append((item.case_id, item.index, value))
+                index = offsets[item.case_id, item.group, metric] + item.index  # the prompt's place in its metric
+                results.setdefault(metric, (kind.name, []))[1].append((item.case_id, index, value))
                 if answers is not None and (text := kind.answer(item, current_results)) is not None:
-                    answers.setdefault(metric, []).append((item.case_id, item.index, text))
+                    answers.setdefault(metric, []).append((item.case_id, index, text))
         return results
 
     def score_unedited(
@@ -179,6 +181,20 @@ class CaseScorer:
         if answers is not None:
             answers.update({f"{name}_pre": rows for name, rows in texts.items()})
         return {f"{name}_pre": value for name, value in scores.items()}
+
+
+def _prompt_offsets(cases: list[EditCase]) -> dict[tuple[int, str, str], int]:
+    """``(case id, group, metric) -> the place of the group's first prompt among the case's prompts of that metric``:
+    groups that report one metric (RULE-EDIT's neighbourhood and distracting prompts both give Loc) number their
+    prompts on, in group order, so no two prompts of a case share a (case, prompt index) row of a metric."""
+    offsets: dict[tuple[int, str, str], int] = {}
+    for case in cases:
+        counts: dict[str, int] = {}
+        for name, group in case.groups.items():
+            for metric in group.metrics.values():
+                offsets[case.case_id, name, metric] = counts.get(metric, 0)
+                counts[metric] = counts.get(metric, 0) + len(group.prompts)
+    return offsets
 
 
 def _filter_requests(item: PromptItem) -> list[Request]:

@@ -396,10 +396,7 @@ def test_scores_do_not_depend_on_batch_size(tokenizer, batch_size):
     reference_large = scorer(UNEDITED, tokenizer, batch_size=1000).reference(CASES)
     reference_small = scorer(UNEDITED, tokenizer, batch_size=batch_size).reference(CASES)
     assert reference_small.keys() == reference_large.keys()
-    assert all(
-        torch.equal(reference_small[key].argmax_ids, reference_large[key].argmax_ids)
-        for key in reference_large
-    )
+    assert all(torch.equal(reference_small[key].argmax_ids, reference_large[key].argmax_ids) for key in reference_large)
     large = scorer(EDITED, tokenizer, batch_size=1000).score(CASES, reference_large)
     small = scorer(EDITED, tokenizer, batch_size=batch_size).score(CASES, reference_small)
     assert small == large  # identical lists, in the same order, with identical floats
@@ -439,3 +436,27 @@ def test_unedited_scores_are_reported_under_pre_names(tokenizer):
     every = unedited.score_unedited(CASES, reference, every_group=True)
     assert as_sorted(every) == {f"{name}_pre": value for name, value in expected_scores(PRE).items()}
     assert unedited.score_unedited(CASES, reference) == {}  # no group asks for it
+
+
+def test_groups_that_report_one_metric_number_their_prompts_on(tokenizer):
+    """Two groups of a case that report one metric (RULE-EDIT's neighbourhood and distracting prompts, both Loc)
+    give one row per prompt, numbered on in group order: no prompt is lost to another's (case, index) row."""
+    case = EditCase(
+        case_id=3,
+        requests=CASES[0].requests,
+        groups={
+            "neighborhood": PromptGroup.shared_answer(["Italy has a capital at"], "Rome", "London", prob="NS"),
+            "distracting": PromptGroup(
+                ("The largest city of Italy remains", "The capital city of France is called"),
+                ("Milan", "London"),
+                ("Boston", "Paris"),
+                {"prob": "NS"},
+            ),
+        },
+    )
+    rows = scorer(UNEDITED, tokenizer).score([case])["NS"][1]
+    # "at": Rome 0.7 > London 0.1; "remains": Milan 0.6 > Boston 0.1; "called": London 0.3 = Paris 0.3, a tie fails
+    assert rows == [(3, 0, 1.0), (3, 1, 1.0), (3, 2, 0.0)]
+    metric = PromptMean("NS")
+    metric.update(*(torch.tensor(column) for column in zip(*rows)))
+    assert metric.compute()["n_prompts"] == 3 and metric.compute()["macro"] == pytest.approx(2 / 3)
