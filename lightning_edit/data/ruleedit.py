@@ -56,6 +56,8 @@ _HIERARCHY_METRICS = ("Rel", "HG")
 DEFAULT_JUDGE = {"symbolic_math": {"prose_references": "exact_match"}}
 #: the judged score kinds (``_unedited``: locality against the unedited model's answer)
 JUDGE_KIND, EXACT_MATCH_KIND = "ruleedit_judge", "ruleedit_exact_match"
+#: ``locality`` -> the suffix of Loc's judged kinds
+_LOCALITY_TAILS = {"ground_truth": "", "unedited": "_unedited", "unedited_string": "_unedited_string"}
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +87,17 @@ class RuleEdit(EditDataModule):
             None is sympy with exact match for descriptions (:data:`DEFAULT_JUDGE`); the paper's is an LLM judge,
             ``{"openai_chat": {"model": "deepseek-chat", "base_url": ..., "api_key_env": ..., "template":
             "rule_edit"}}``.
-        locality: ``ground_truth`` (the reference code: Loc grades the answer against the stored ground truth) or
+        locality: ``ground_truth`` (the reference code: Loc grades the answer against the stored ground truth),
             ``unedited`` (the answer must be judged equivalent to the unedited model's; token level: EasyEdit's
-            argmax agreement).
+            argmax agreement) or ``unedited_string`` (the answer must be the very text of the unedited model's, no
+            judge: DMLE's ``editors/editor.py`` 421-428 and EasyEdit's generated locality).
         locality_tokens: what Loc judges of an answer: ``budget``, all of it (the budget below), or ``expected``,
             its first tokens, as many as the stored ground truth has (DMLE's code keeps those and decodes them:
             ``evaluate_utils.py`` 385-397). Greedy answers agree token by token whatever the budget, so ``expected``
             generates that many tokens.
         new_tokens_per_answer_token: the answer's budget, per token of the expected answer (the reference code: 3).
+        answer_cleaning: ``none`` (the answer stripped of surrounding whitespace) or ``dmle`` (also one final ``.``
+            or newline removed first, as DMLE's and EasyEdit's generation returns it).
         **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
@@ -103,9 +108,10 @@ class RuleEdit(EditDataModule):
         case_grouping: Literal["records", "dmle_staged"] = "records",
         instance_edits: int | None = None,
         judge: dict[str, dict[str, Any]] | None = None,
-        locality: Literal["ground_truth", "unedited"] = "ground_truth",
+        locality: Literal["ground_truth", "unedited", "unedited_string"] = "ground_truth",
         locality_tokens: Literal["budget", "expected"] = "budget",
         new_tokens_per_answer_token: int = 3,
+        answer_cleaning: Literal["none", "dmle"] = "none",
         **kwargs: Any,
     ):
         super().__init__(path, **kwargs)
@@ -123,8 +129,10 @@ class RuleEdit(EditDataModule):
             raise ConfigError(f"data.instance_edits={instance_edits}: dmle_staged edits the ins record alone (1)")
         if judge is not None:
             one_judge("data.judge", judge)
-        if locality not in ("ground_truth", "unedited"):
-            raise ConfigError(f"data.locality={locality!r}: one of ground_truth, unedited")
+        if locality not in _LOCALITY_TAILS:
+            raise ConfigError(f"data.locality={locality!r}: one of {', '.join(_LOCALITY_TAILS)}")
+        if answer_cleaning not in ("none", "dmle"):
+            raise ConfigError(f"data.answer_cleaning={answer_cleaning!r}: one of none, dmle")
         if locality_tokens not in ("budget", "expected"):
             raise ConfigError(f"data.locality_tokens={locality_tokens!r}: one of budget, expected")
         if new_tokens_per_answer_token < 1:
@@ -132,20 +140,20 @@ class RuleEdit(EditDataModule):
         self.task, self.case_grouping = task, case_grouping
         self.instance_edits = instance_edits or (1 if case_grouping == "dmle_staged" else 3)
         self.judge, self.locality, self.locality_tokens = judge or DEFAULT_JUDGE, locality, locality_tokens
-        self.new_tokens_per_answer_token = new_tokens_per_answer_token
+        self.new_tokens_per_answer_token, self.answer_cleaning = new_tokens_per_answer_token, answer_cleaning
         self.noted: list[dict[str, Any]] = []  # records read with a change (DMLE's reading), and what changed
 
     def _judged_tail(self, metric: str) -> str:
-        """The suffix of the judged kinds of ``metric``: Loc's depend on ``locality`` and ``locality_tokens``."""
-        if not metric.startswith("Loc"):
-            return ""
-        return ("_unedited" if self.locality == "unedited" else "") + (
-            "_first_tokens" if self.locality_tokens == "expected" else ""
-        )
+        """The suffix of the judged kinds of ``metric``: Loc's depend on ``locality`` and ``locality_tokens``, every
+        metric's on ``answer_cleaning``."""
+        tail = ""
+        if metric.startswith("Loc"):
+            tail += _LOCALITY_TAILS[self.locality] + ("_first_tokens" if self.locality_tokens == "expected" else "")
+        return tail + ("_cleaned" if self.answer_cleaning == "dmle" else "")
 
     def conventions(self, metric: str) -> dict[str, str]:
         """Score kind -> suffix of the reported name, for each convention of ``metric`` (see the module)."""
-        unedited = metric.startswith("Loc") and self.locality == "unedited"
+        unedited = metric.startswith("Loc") and self.locality != "ground_truth"
         tail = self._judged_tail(metric)
         kinds = {JUDGE_KIND + tail: ""}
         if next(iter(self.judge)) != "exact_match":
@@ -187,11 +195,13 @@ class RuleEdit(EditDataModule):
         """The judged kinds: ``judge`` and exact match, on greedy answers of the reference code's length (Loc's: of
         the ground truth's length with ``locality_tokens: expected``)."""
         spec = one_judge("data.judge", self.judge)
+        trailing = (".", "\n") if self.answer_cleaning == "dmle" else ()
         for tail in dict.fromkeys(self._judged_tail(metric) for metric in ("Rel", "Loc")):  # the others as Rel
             against_unedited = "_unedited" in tail
             per_token = 1 if "_first_tokens" in tail else self.new_tokens_per_answer_token
-            generation = Generation(per_token, stop=(), per_expected_token=True)
-            register_judged_kind(JUDGE_KIND + tail, spec, generation, against_unedited=against_unedited)
+            generation = Generation(per_token, stop=(), per_expected_token=True, trailing=trailing)
+            judge = "same_text" if "_unedited_string" in tail else spec
+            register_judged_kind(JUDGE_KIND + tail, judge, generation, against_unedited=against_unedited)
             register_judged_kind(EXACT_MATCH_KIND + tail, "exact_match", generation, against_unedited=against_unedited)
 
     def load_cases(self) -> list[EditCase]:

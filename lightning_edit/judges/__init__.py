@@ -23,7 +23,7 @@ from typing import Any
 
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges.base import Judge, JudgeInput, JudgeStats, Verdict
-from lightning_edit.judges.exact_match import ContainsJudge, ExactMatchJudge
+from lightning_edit.judges.exact_match import ContainsJudge, ExactMatchJudge, SameTextJudge
 from lightning_edit.judges.llm import LLMJudge
 from lightning_edit.judges.local_lm import LocalLMJudge
 from lightning_edit.judges.openai_chat import OpenAIChatJudge
@@ -33,6 +33,7 @@ from lightning_edit.judges.symbolic_math import SymbolicMathJudge
 JUDGES: dict[str, type[Judge]] = {
     "exact_match": ExactMatchJudge,
     "contains": ContainsJudge,
+    "same_text": SameTextJudge,
     "symbolic_math": SymbolicMathJudge,
     "openai_chat": OpenAIChatJudge,
     "local_lm": LocalLMJudge,
@@ -105,6 +106,7 @@ __all__ = [
     "LLMJudge",
     "LocalLMJudge",
     "OpenAIChatJudge",
+    "SameTextJudge",
     "SymbolicMathJudge",
     "Verdict",
     "build_judge",

@@ -1,4 +1,4 @@
-"""Exact match and containment after SQuAD normalisation, against one reference or several."""
+"""Exact match and containment after SQuAD normalisation, and identical text, against one reference or several."""
 
 from __future__ import annotations
 
@@ -44,4 +44,18 @@ class ContainsJudge(Judge):
             match = next((r for r in item.references if f" {normalize_answer(r)} " in prediction), None)
             reason = f"contains reference {match!r}" if match is not None else f"{prediction.strip()!r} contains none"
             verdicts.append(Verdict(float(match is not None), reason))
+        return verdicts
+
+
+class SameTextJudge(Judge):
+    """1 if the prediction is the very text of a reference, else 0: no normalisation (DMLE's and EasyEdit's
+    pre/post locality of generated answers, which compares the two decoded strings)."""
+
+    convention = "1 if the prediction is character for character a reference (no normalisation)"
+
+    def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
+        verdicts = []
+        for item in items:
+            same = item.prediction in item.references
+            verdicts.append(Verdict(float(same), "the same text" if same else "another text"))
         return verdicts

@@ -54,6 +54,8 @@ class Generation:
             stays before the template.
         chat_template: ask the whole prompt (in-context text and template included) as one user turn of the
             tokenizer's chat template (unless ``scoring.chat_template`` already formats every prompt).
+        trailing: one of these is removed from the end of the answer, if it ends with one (EasyEdit's and DMLE's
+            cleaning: a final ``.`` or newline), before surrounding whitespace is stripped.
     """
 
     max_new_tokens: int = 64
@@ -64,13 +66,15 @@ class Generation:
     per_expected_token: bool = False
     template: str = "{}"
     chat_template: bool = False
+    trailing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Generate(Request):
     """A continuation of ``prompt`` (greedy unless ``do_sample``), cut before the first stop string -> str.
 
-    With ``per_token_of``, the budget is ``max_new_tokens`` per token of that text (:func:`answer_budget`).
+    With ``per_token_of``, the budget is ``max_new_tokens`` per token of that text (:func:`answer_budget`); one of
+    ``trailing`` is removed from the end of the text (:attr:`Generation.trailing`).
     """
 
     prompt: str
@@ -82,6 +86,7 @@ class Generate(Request):
     stop: tuple[str, ...] = ()
     per_token_of: str | None = None
     chat_template: bool = False
+    trailing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,8 +121,14 @@ def _run_generate(model, tokenizer, requests: list[Generate], batch_size: int, o
             temperature=temperature, stop_strings=stop, seed=seed, batch_size=batch_size,
             owners=None if owners is None else [owners[i] for i in indices],
         )  # fmt: skip
-        texts.update(zip(indices, outputs))
+        texts.update((i, without_trailing(text, requests[i].trailing)) for i, text in zip(indices, outputs))
     return [texts[i] for i in range(len(requests))]
+
+
+def without_trailing(text: str, trailing: tuple[str, ...]) -> str:
+    """``text`` without the first of ``trailing`` it ends with (one removal at most)."""
+    end = next((t for t in trailing if t and text.endswith(t)), "")
+    return text[: len(text) - len(end)]
 
 
 class JudgedAnswer(NamedTuple):
@@ -170,7 +181,9 @@ class JudgedKind(ScoreKind):
         per = " per token of the expected answer" if generation.per_expected_token else ""
         reference = "the unedited model's answer" if against_unedited else "the expected answer"
         self.convention = (
-            f"{how} answer of at most {generation.max_new_tokens} new tokens{per}, cut at {list(generation.stop)}, "
+            f"{how} answer of at most {generation.max_new_tokens} new tokens{per}, cut at {list(generation.stop)}"
+            + (f", one final {' or '.join(map(repr, generation.trailing))} removed" if generation.trailing else "")
+            + ", "
             f"judged against {reference} by {type(judge).__name__}: {judge.convention}; missing verdicts are left "
             "out (n_missing)"
         )
@@ -188,7 +201,9 @@ class JudgedKind(ScoreKind):
         seed = config.seed + item.case_id if g.do_sample else 0
         per_token_of = item.expected if g.per_expected_token else None
         chat = g.chat_template and not item.chat_template  # scoring.chat_template formatted the prompt already
-        return Generate(prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop, per_token_of, chat)
+        return Generate(
+            prompt, g.max_new_tokens, g.do_sample, g.top_k, g.temperature, seed, g.stop, per_token_of, chat, g.trailing
+        )
 
     def _input(self, item: PromptItem, references: str | tuple[str, ...], prediction: str) -> JudgeInput:
         context = {k: str(v) for k, v in item.details.get("context", {}).items()} | {"stage": item.stage}

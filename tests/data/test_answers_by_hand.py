@@ -1,8 +1,7 @@
 """Generated answers on a scripted stub model: every answer, stop rule and grade written down by hand.
 
-The stub (:class:`ScriptedLM`) is a real ``transformers`` model as far as ``generate`` is concerned, but its next
-token is read from a script: after a row's prompt (its tokens without padding) it continues with the tokens a real
-model would add for a given text, ``prompt + " " + text``, then ends the sequence. So for every context type
+The stub (:class:`~tests.scripted_lm.ScriptedLM`) continues each prompt with the tokens a real model would add for a
+given text, ``prompt + " " + text``, then ends the sequence. So for every context type
 (``bare``, ``qa_inst``, ``chat``), on both tokenizer families (GPT-2's ``Ġ`` byte-level BPE and LLaMA's ``▁``
 SentencePiece, the toy models' tokenizers) and whichever side the tokenizer pads, the answers below are known:
 cut before the first ``.`` or newline, at the end of sequence, or after 50 new tokens; then graded by SQuAD exact match
@@ -12,15 +11,12 @@ and whole-word containment against the new object, and a neighbour's answer agai
 import json
 
 import pytest
-import torch
-from transformers import AutoTokenizer, GenerationMixin, PretrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from lightning_edit.data import CounterFact
 from lightning_edit.data.answers import CONTEXTS
 from lightning_edit.evaluation import CaseScorer, ScoringConfig
-from lightning_edit.models.tokenization import encode_prompt, format_prompt
-from lightning_edit.resources import resolve_path
+from lightning_edit.models.tokenization import format_prompt
+from tests.scripted_lm import continuation, scripted, toy_tokenizer
 
 CHAT = "{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}Assistant:"
 
@@ -75,79 +71,28 @@ GRADES = {  # metric -> case -> mean over the case's prompts, by hand
 }
 
 
-class ScriptedLM(PreTrainedModel, GenerationMixin):
-    """A causal LM whose next token follows a script: ``{prompt ids: continuation ids}``. A row that starts with a
-    scripted prompt and has followed its continuation so far gets the continuation's next token (then EOS); any other
-    row gets EOS. Only the last position's logits are set; the stub keeps no cache (it reads each row whole)."""
-
-    config_class = PretrainedConfig
-
-    def __init__(self, vocab_size: int, eos: int, script: dict[tuple[int, ...], list[int]]):
-        super().__init__(PretrainedConfig(vocab_size=vocab_size, eos_token_id=eos, num_hidden_layers=1))
-        self.script, self.eos = script, eos
-        self.anchor = torch.nn.Parameter(torch.zeros(1))  # gives the model a device and a dtype
-
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
-
-    def next_token(self, ids: list[int]) -> int:
-        for prompt, continuation in self.script.items():
-            said = ids[len(prompt) :]
-            if (
-                tuple(ids[: len(prompt)]) == prompt
-                and said == continuation[: len(said)]
-                and len(said) < len(continuation)
-            ):
-                return continuation[len(said)]
-        return self.eos
-
-    def forward(self, input_ids, attention_mask=None, **kwargs):
-        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        logits = torch.zeros(*input_ids.shape, self.config.vocab_size)
-        for row, (ids, mask) in enumerate(zip(input_ids.tolist(), attention_mask.tolist())):
-            logits[row, -1, self.next_token([i for i, m in zip(ids, mask) if m])] = 10.0
-        return CausalLMOutputWithPast(logits=logits)
-
-
-def toy_tokenizer(name: str, padding_side: str):
-    tokenizer = AutoTokenizer.from_pretrained(resolve_path(f"builtin:models/{name}"))
-    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
-    tokenizer.padding_side = padding_side
-    tokenizer.chat_template = CHAT
-    if tokenizer.unk_token_id in tokenizer.encode("\n", add_special_tokens=False):
-        tokenizer.add_tokens(["\n"])  # the toy LLaMA vocabulary has no newline (LLaMA's own has byte fallback)
-    return tokenizer
-
-
-def scripted(tokenizer, context: str, says: dict[str, str]) -> ScriptedLM:
-    """The stub that answers each prompt, asked as ``context`` asks it, with the tokens ``prompt + " " + text``
-    adds to the prompt's."""
-    script = {}
-    for prompt, text in says.items():
-        asked = format_prompt(tokenizer, CONTEXTS[context].format(prompt), context == "chat")
-        ids = encode_prompt(tokenizer, asked)
-        full = encode_prompt(tokenizer, f"{asked} {text.rstrip()}")
-        assert full[: len(ids)] == ids, (asked, text)  # the text continues the prompt's tokens
-        script[tuple(ids)] = full[len(ids) :]
-    return ScriptedLM(len(tokenizer), tokenizer.eos_token_id, script)
+def scripted_in(tokenizer, context: str, says: dict[str, str]):
+    """The stub that answers each prompt, asked as ``context`` asks it, with ``prompt + " " + text``'s tokens."""
+    return scripted(
+        tokenizer,
+        {format_prompt(tokenizer, CONTEXTS[context].format(p), context == "chat"): t for p, t in says.items()},
+    )
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 @pytest.mark.parametrize("family", ["toy-gpt2", "toy-llama"], ids=["Ġ", "▁"])
 @pytest.mark.parametrize("context", ["bare", "qa_inst", "chat"])
 def test_answers_stop_rules_and_grades_by_hand(tmp_path, context, family, padding_side):
-    tokenizer = toy_tokenizer(family, padding_side)
-    red = tokenizer.encode(" red", add_special_tokens=False)
-    assert len(red) == 1 and len(scripted(tokenizer, "bare", {"x": "red " * 60}).script[tuple(encode_prompt(
-        tokenizer, "x"))]) == 60  # fmt: skip
+    tokenizer = toy_tokenizer(family, padding_side, CHAT)
+    assert len(continuation(tokenizer, "x", EDITED["The colour of the Naegza rug is"].rstrip())) == 60  # 60 " red"s
     path = tmp_path / "counterfact.json"
     path.write_text(json.dumps(RECORDS))
     data = CounterFact(str(path), generated_answers=context)
     data.setup()
     config = ScoringConfig(batch_size=8)  # every prompt of both cases in one left-padded batch
-    reference = CaseScorer(scripted(tokenizer, context, UNEDITED), tokenizer, config).reference(data.cases)
+    reference = CaseScorer(scripted_in(tokenizer, context, UNEDITED), tokenizer, config).reference(data.cases)
     answers = {}
-    scores = CaseScorer(scripted(tokenizer, context, EDITED), tokenizer, config).score(
+    scores = CaseScorer(scripted_in(tokenizer, context, EDITED), tokenizer, config).score(
         data.cases, reference, answers=answers
     )
     for metric, by_case in ANSWERS.items():
