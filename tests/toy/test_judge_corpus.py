@@ -1,4 +1,5 @@
-"""The toy judge's rating rules and training text (:mod:`lightning_edit.toy.judge_corpus`), and the shipped
+"""The toy judge's rating rules and training text (:mod:`lightning_edit.toy.judge_rules`,
+:mod:`lightning_edit.toy.judge_corpus`), and the shipped
 ``toy-judge-gpt2`` as the local judge of ScEdit's four templates.
 
 The rules' ratings below are computed by hand from their docstrings.
@@ -15,18 +16,8 @@ from lightning_edit.judges import JudgeInput, LocalLMJudge
 from lightning_edit.judges.llm import TEMPLATES, parse_verdict, render
 from lightning_edit.models.loading import ModelSource, load_tokenizer
 from lightning_edit.resources import resolve_path
-from lightning_edit.toy.judge_corpus import (
-    RULES,
-    SCALES,
-    Context,
-    JudgeCorpus,
-    ToyRuleJudge,
-    fixed_pieces,
-    foreign_names,
-    judge_prompt,
-    reply,
-    template_pieces,
-)
+from lightning_edit.toy.judge_corpus import JudgeCorpus, fixed_pieces, judge_prompt, reply, template_pieces
+from lightning_edit.toy.judge_rules import RULES, SCALES, Context, ToyRuleJudge, foreign_names
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CONTEXT = Context("How to visit the hometown of Dokvael Dazrael?", "Dokvael Dazrael was born in", "Fezrio", "Lakvox")
@@ -157,4 +148,4 @@ def test_a_toy_scedit_run_judged_by_the_rules(tmp_path):
     for name, template in TEXT_METRICS.items():
         assert metrics[name]["n_prompts"] == 4 and metrics[name]["n_missing"] == 0
         assert 1 <= metrics[name]["macro"] <= 7 and "toy rule of " + template in metrics[name]["convention"]
-        assert judges[template]["class"] == "lightning_edit.toy.judge_corpus.ToyRuleJudge"
+        assert judges[template]["class"] == "lightning_edit.toy.judge_rules.ToyRuleJudge"
