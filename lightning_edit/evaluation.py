@@ -183,6 +183,20 @@ class CaseScorer:
         return {f"{name}_pre": value for name, value in scores.items()}
 
 
+def prompt_weights(cases: list[EditCase]) -> dict[tuple[str, int, int], float]:
+    """``(metric, case id, prompt index) -> weight`` of the prompts of groups weighted other than 1
+    (:attr:`~lightning_edit.data.schema.PromptGroup.weight`), indexed as :meth:`CaseScorer.score` indexes them."""
+    offsets = _prompt_offsets(cases)
+    weights: dict[tuple[str, int, int], float] = {}
+    for case in cases:
+        for name, group in case.groups.items():
+            if group.weight != 1.0:
+                for metric in group.metrics.values():
+                    start = offsets[case.case_id, name, metric]
+                    weights.update({(metric, case.case_id, start + k): group.weight for k in range(len(group.prompts))})
+    return weights
+
+
 def _prompt_offsets(cases: list[EditCase]) -> dict[tuple[int, str, str], int]:
     """``(case id, group, metric) -> the place of the group's first prompt among the case's prompts of that metric``:
     groups that report one metric (RULE-EDIT's neighbourhood and distracting prompts both give Loc) number their

@@ -70,6 +70,9 @@ class PromptGroup:
         pre_edit_filter: score a prompt only if the unedited model preferred its alternative (BAKE).
         pre_edit: also report the metrics as scored on the unedited model, as ``<metric>_pre``.
         details: per prompt, extra fields for a benchmark's own score kinds (None: none).
+        weight: the weight of each of its prompts in its case's mean and in the micro mean (1: every prompt of a case
+            counts alike; a benchmark that averages per block, as DMLE's code does, weighs a block's prompts by
+            1 / its size).
     """
 
     prompts: tuple[str, ...]
@@ -79,6 +82,7 @@ class PromptGroup:
     pre_edit_filter: bool = False
     pre_edit: bool = False
     details: tuple[Mapping[str, Any], ...] | None = field(default=None, hash=False)
+    weight: float = 1.0
 
     def __post_init__(self) -> None:
         if len(self.expected) != len(self.prompts):
@@ -87,6 +91,8 @@ class PromptGroup:
             raise ValueError(f"{len(self.prompts)} prompts but {len(self.alternatives)} alternatives")
         if self.details is not None and len(self.details) != len(self.prompts):
             raise ValueError(f"{len(self.prompts)} prompts but {len(self.details)} details")
+        if not self.weight > 0:
+            raise ValueError(f"a group's weight must be positive, not {self.weight}")
         kinds = [score_kind(name) for name in self.metrics]
         unscored = [kind.name for kind in kinds if not kind.scored]
         if unscored:

@@ -109,6 +109,7 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         self.case_scores: dict[str, dict[int, float]] = {}  # metric -> case id -> mean over the case's prompts
         self.case_answers: CaseAnswers = {}  # metric -> case id -> prompt index -> generated answer
         self._answers: CaseAnswers = {}  # this process's, until the end of the epoch
+        self._weights: dict[tuple[str, int, int], float] = {}  # (metric, case id, prompt index) of weighted prompts
         self._sequential: tuple[Undo, Reference] | None = None  # (undo of every edit, pre-edit reference)
         self._left_out: dict[int, list[bool]] = {}  # case id -> which of its requests the editor edits
         self.skipped_requests: list[dict[str, Any]] = []  # the requests it cannot edit, and why

@@ -17,7 +17,7 @@ from lightning import LightningModule
 from torch import nn
 
 from lightning_edit.data.schema import EditCase
-from lightning_edit.evaluation import Answers, Scores
+from lightning_edit.evaluation import Answers, Scores, prompt_weights
 from lightning_edit.metrics import PromptMean
 from lightning_edit.scoring.kinds import score_kind
 
@@ -53,7 +53,9 @@ class RunMetrics(LightningModule):
         )
 
     def _check_declared(self, cases: list[EditCase]) -> None:
-        """Raise, naming the case, if it reports a metric its benchmark did not declare."""
+        """Raise, naming the case, if it reports a metric its benchmark did not declare; keep the weights of its
+        prompts that are weighted (:func:`~lightning_edit.evaluation.prompt_weights`)."""
+        self._weights = prompt_weights(cases)
         for case in cases:
             for name, group in case.groups.items():
                 reported = list(group.metrics.values()) + ([f"{name}_filtered"] if group.pre_edit_filter else [])
@@ -71,10 +73,13 @@ class RunMetrics(LightningModule):
                 self._answers.setdefault(name + suffix, {}).setdefault(case_id, {})[index] = text
         for name, (_, rows) in scores.items():
             case_ids, prompt_ids, values = zip(*rows) if rows else ((), (), ())
+            base = name.removesuffix("_pre")  # <metric>_pre weighs its prompts as <metric> does
+            weights = [self._weights.get((base, case, index), 1.0) for case, index in zip(case_ids, prompt_ids)]
             self.metrics[name + suffix].update(
                 torch.tensor(case_ids, dtype=torch.long),
                 torch.tensor(prompt_ids, dtype=torch.long),
                 torch.tensor([math.nan if v is None else v for v in values], dtype=torch.double),  # None: missing
+                torch.tensor(weights, dtype=torch.double),
             )
 
     def on_validation_epoch_end(self) -> None:

@@ -12,7 +12,8 @@ rows are sorted by (case id, prompt index) before any sum. Every process must ca
 least once, with empty tensors if it has no scores, so that the gathered states have one dtype.
 
 A missing score (a judge's verdict that could not be had) is NaN: its row is left out of both means and the counts,
-and counted as ``n_missing``.
+and counted as ``n_missing``. A row may carry a weight (default 1): a case's mean is then the weighted mean of its
+prompts' scores and the micro mean the weighted mean of all (DMLE's per-block averages, as weights).
 """
 
 from __future__ import annotations
@@ -27,25 +28,34 @@ from torchmetrics.utilities import dim_zero_cat
 Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
-def unique_scores(case_ids: Tensor, prompt_ids: Tensor, scores: Tensor) -> tuple[Tensor, Tensor]:
-    """``(case_ids, scores)`` with one row per (case, prompt), sorted by case id then prompt index."""
+def unique_scores(
+    case_ids: Tensor, prompt_ids: Tensor, scores: Tensor, weights: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(case_ids, scores, weights)`` with one row per (case, prompt), sorted by case id then prompt index (weights
+    default to 1)."""
     keys = torch.stack([case_ids, prompt_ids], dim=1)
     unique, inverse = torch.unique(keys, dim=0, return_inverse=True)  # sorted lexicographically
     first = torch.full((len(unique),), len(keys), dtype=torch.long)
     first.scatter_reduce_(0, inverse, torch.arange(len(keys)), reduce="amin")
-    return unique[:, 0], scores[first]
+    weights = torch.ones_like(scores) if weights is None else weights
+    return unique[:, 0], scores[first], weights[first]
 
 
-def aggregate(case_ids: Tensor, scores: Tensor) -> dict[str, float | int | list[float] | dict[int, float]]:
+def aggregate(
+    case_ids: Tensor, scores: Tensor, weights: Tensor | None = None
+) -> dict[str, float | int | list[float] | dict[int, float]]:
     """Macro and micro means with 95% confidence intervals, and ``case_means`` (case id -> mean of its prompts'
     scores), from deduplicated rows sorted by case; NaN scores are missing (left out, counted as ``n_missing``).
+    With ``weights``, means are weighted: a case's ``Σ w·s / Σ w``, micro over every row likewise.
 
     The macro interval is mean ± z·s/√n over per-case means. The micro mean is a ratio of per-case sums to per-case
-    counts; its interval uses the cluster-robust (delta-method) standard error over cases, since prompts of one case
-    are not independent.
+    counts (weight sums); its interval uses the cluster-robust (delta-method) standard error over cases, since prompts
+    of one case are not independent.
     """
+    weights = torch.ones_like(scores) if weights is None else weights
     missing = torch.isnan(scores)
-    case_ids, scores, n_missing = case_ids[~missing], scores[~missing], int(missing.sum())
+    case_ids, scores, weights = case_ids[~missing], scores[~missing], weights[~missing]
+    n_missing = int(missing.sum())
     cases, counts = torch.unique_consecutive(case_ids, return_counts=True)
     n = len(cases)
     if n == 0:
@@ -57,14 +67,15 @@ def aggregate(case_ids: Tensor, scores: Tensor) -> dict[str, float | int | list[
             "n_missing": n_missing,
             "case_means": {},
         }
-    sums = torch.stack([chunk.sum() for chunk in scores.split(counts.tolist())])
-    case_means = sums / counts
+    sums = torch.stack([chunk.sum() for chunk in (weights * scores).split(counts.tolist())])
+    totals = torch.stack([chunk.sum() for chunk in weights.split(counts.tolist())])  # the counts, unweighted
+    case_means = sums / totals
     macro = float(case_means.mean())
-    micro = float(sums.sum() / counts.sum())
+    micro = float(sums.sum() / totals.sum())
     if n > 1:
         macro_se = float(case_means.std(unbiased=True)) / math.sqrt(n)
-        residuals = sums - micro * counts.to(sums.dtype)  # float * int64 tensor would be float32
-        micro_se = math.sqrt(n / (n - 1) * float((residuals**2).sum())) / float(counts.sum())
+        residuals = sums - micro * totals
+        micro_se = math.sqrt(n / (n - 1) * float((residuals**2).sum())) / float(totals.sum())
     else:
         macro_se = micro_se = math.nan
     return {
@@ -104,21 +115,21 @@ class PromptMean(Metric):
         self.add_state("case_ids", default=[], dist_reduce_fx="cat")
         self.add_state("prompt_ids", default=[], dist_reduce_fx="cat")
         self.add_state("scores", default=[], dist_reduce_fx="cat")
+        self.add_state("weights", default=[], dist_reduce_fx="cat")
 
-    def update(self, case_ids: Tensor, prompt_ids: Tensor, scores: Tensor) -> None:
-        """Add one score per (case id, prompt index); all three are 1-D of the same length."""
-        if not (case_ids.shape == prompt_ids.shape == scores.shape) or case_ids.dim() != 1:
-            raise ValueError("case_ids, prompt_ids and scores must be 1-D tensors of one length")
+    def update(self, case_ids: Tensor, prompt_ids: Tensor, scores: Tensor, weights: Tensor | None = None) -> None:
+        """Add one score per (case id, prompt index), with its weight (default 1); all are 1-D of one length."""
+        weights = torch.ones_like(scores, dtype=torch.double) if weights is None else weights
+        if not (case_ids.shape == prompt_ids.shape == scores.shape == weights.shape) or case_ids.dim() != 1:
+            raise ValueError("case_ids, prompt_ids, scores and weights must be 1-D tensors of one length")
         self.case_ids.append(case_ids.long().to(self.device))
         self.prompt_ids.append(prompt_ids.long().to(self.device))
         self.scores.append(scores.double().to(self.device))
+        self.weights.append(weights.double().to(self.device))
 
     def compute(self) -> dict[str, float | int | list[float] | dict[int, float]]:
         """:func:`aggregate` of the deduplicated rows."""
         if isinstance(self.case_ids, list) and not self.case_ids:  # never updated (a list before sync, then a tensor)
-            case_ids, scores = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.double)
-        else:
-            case_ids, scores = unique_scores(
-                dim_zero_cat(self.case_ids).cpu(), dim_zero_cat(self.prompt_ids).cpu(), dim_zero_cat(self.scores).cpu()
-            )
-        return aggregate(case_ids, scores)
+            return aggregate(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.double))
+        states = (self.case_ids, self.prompt_ids, self.scores, self.weights)
+        return aggregate(*unique_scores(*(dim_zero_cat(state).cpu() for state in states)))

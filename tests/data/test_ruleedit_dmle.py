@@ -151,3 +151,68 @@ def test_batched_answers_equal_the_reference_loop_on_toy_rules():
             assert answer == tokenizer.decode(new, skip_special_tokens=True).strip(), (metric, prompt)
             checked += 1
     assert checked > 20
+
+
+def dmle_record_means(case, metric: str, values: list[float], aggregation: str) -> list[float]:
+    """One value per record of a staged case for ``metric`` (``values``: its prompts' scores, in group order), as
+    DMLE's scripts average a record's prompts: ``run_new`` (run_new.py 202-259) the mean of each block's mean (Loc:
+    neighbourhood, distracting; RU of the ins record: its formula and description prompts), ``cal_avg`` (cal_avg.py
+    40-77) the mean of the record's prompts; ``pooled`` returns every prompt as its own "record" (prompts alike)."""
+    records: dict[str, list[list[float]]] = {}
+    for name, group in case.groups.items():
+        if metric in group.metrics.values():
+            records.setdefault(name.partition(".")[0], []).append(values[: len(group.prompts)])
+            values = values[len(group.prompts) :]
+    if aggregation == "run_new":
+        return [sum(sum(b) / len(b) for b in blocks) / len(blocks) for blocks in records.values()]
+    if aggregation == "cal_avg":
+        return [sum(map(sum, blocks)) / sum(map(len, blocks)) for blocks in records.values()]
+    return [v for blocks in records.values() for block in blocks for v in block]
+
+
+@pytest.mark.parametrize("aggregation", ["pooled", "run_new", "cal_avg"])
+def test_aggregation_gives_dmles_averages_over_records_and_blocks(aggregation):
+    """Point 6, through a whole run (NoEdit on the scripted stub, 2 staged rules, exact match): the stub answers the
+    first prompt of every group right and the others wrong, so blocks of different sizes score differently; each
+    metric's macro mean equals the mean over rules of DMLE's per-record means (``run_new``: of block means;
+    ``cal_avg``: of the record's prompts), or of the rule's prompts pooled (``pooled``)."""
+    from lightning import Trainer
+
+    from lightning_edit.editors import NoEdit
+    from lightning_edit.judges.exact_match import normalize_answer
+    from lightning_edit.models.loading import ModelSource
+
+    data = RuleEdit(
+        FIXTURE, task="all", case_grouping="dmle_staged", judge={"exact_match": {}}, aggregation=aggregation
+    )
+    data.setup()
+    editor = NoEdit(ModelSource("builtin:models/toy-gpt2"))
+    first = {}  # the stub says the expected answer after the first prompt of each group, "nothing" after the others
+    for case in data.cases:
+        for group in case.groups.values():
+            for k, (prompt, expected) in enumerate(zip(group.prompts, group.expected)):
+                first.setdefault(prompt, expected if k == 0 else "nothing")
+    editor.model = scripted(editor.tokenizer, first)
+    Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
+    expected_macro = {}
+    for metric in HEADLINE:
+        rule_means = []
+        for case in data.cases:
+            answers = editor.case_answers[metric][case.case_id]
+            pairs = [e for g in case.groups.values() if metric in g.metrics.values() for e in g.expected]
+            values = [float(normalize_answer(answers[i]) == normalize_answer(e)) for i, e in enumerate(pairs)]
+            records = dmle_record_means(case, metric, values, aggregation)
+            rule_means.append(sum(records) / len(records))
+        expected_macro[metric] = sum(rule_means) / len(rule_means)
+        assert editor.results[metric]["macro"] == pytest.approx(expected_macro[metric]), metric
+    MACROS[aggregation] = expected_macro
+
+
+MACROS: dict[str, dict[str, float]] = {}
+
+
+def test_the_three_aggregations_differ_on_the_toy_rules():
+    """Run after the test above: the three conventions give different numbers, so each was tested on its own."""
+    if len(MACROS) < 3:
+        pytest.skip("needs test_aggregation_gives_dmles_averages_over_records_and_blocks for every aggregation")
+    assert len({tuple(round(v, 9) for v in macros.values()) for macros in MACROS.values()}) == 3

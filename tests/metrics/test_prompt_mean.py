@@ -91,13 +91,30 @@ def test_duplicate_rows_are_counted_once():
 
 
 def test_unique_scores_sorts_by_case_then_prompt_and_keeps_first_occurrence():
-    case_ids, scores = unique_scores(
+    case_ids, scores, weights = unique_scores(
         torch.tensor([2, 1, 2, 1, 2]),
         torch.tensor([1, 0, 0, 0, 1]),
         torch.tensor([0.3, 0.1, 0.2, 0.1, 0.3], dtype=torch.double),
+        torch.tensor([3.0, 1.0, 2.0, 1.0, 3.0], dtype=torch.double),
     )
     assert case_ids.tolist() == [1, 2, 2]
-    assert scores.tolist() == [0.1, 0.2, 0.3]
+    assert scores.tolist() == [0.1, 0.2, 0.3] and weights.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_weighted_rows_give_the_weighted_means_by_hand():
+    """Case 10's prompts weighted 1/2, 1/4, 1/4 (two blocks, the second of two prompts): its mean is the mean of the
+    block means, (1 + 0) / 2 = 1/2; micro pools every row by weight. Weights 1 give the unweighted means exactly."""
+    metric = PromptMean("weighted")
+    weights = [0.5, 0.25, 0.25, 1.0, 1.0, 1.0]
+    metric.update(torch.tensor(CASES), torch.tensor(PROMPTS), torch.tensor(SCORES), torch.tensor(weights))
+    result = metric.compute()
+    assert result["case_means"] == {10: 0.5, 20: 1.0, 30: 0.75}
+    assert result["macro"] == pytest.approx((0.5 + 1.0 + 0.75) / 3)
+    assert result["micro"] == pytest.approx((0.5 + 1.0 + 1.5) / (1.0 + 1.0 + 2.0)) and result["n_prompts"] == 6
+    plain, ones = PromptMean("plain"), PromptMean("ones")
+    plain.update(torch.tensor(CASES), torch.tensor(PROMPTS), torch.tensor(SCORES))
+    ones.update(torch.tensor(CASES), torch.tensor(PROMPTS), torch.tensor(SCORES), torch.ones(6, dtype=torch.double))
+    assert plain.compute() == ones.compute()
 
 
 def random_rows(seed: int, n_cases: int = 60):
