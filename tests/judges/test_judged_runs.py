@@ -359,3 +359,41 @@ def test_generated_answers_graded_by_an_llm_judge(tmp_path, chat_server, monkeyp
         CounterFact(str(path), answer_judge=judge)
     with pytest.raises(ConfigError, match="data.answer_judge=.*one judge and its arguments"):
         CounterFact(str(path), generated_answers="bare", answer_judge={"openai_chat": "x"})
+
+
+def test_dmle_routing_with_a_key_has_the_llm_grade_every_metric_loc_included(tmp_path, chat_server, monkeypatch):
+    """DMLE's judge routing (point 3): with an API key its LLM grades Rel, Gen, IP, RU and Loc (run_new.py grades Loc
+    with it always); here the A/B judge at a loopback server, read as DMLE reads it (only "A" scores 1). The keyless
+    reference's Rel, Gen, IP, RU are the ``_exact_match`` columns of the same run."""
+    from lightning import Trainer
+
+    from lightning_edit.data import RuleEdit
+    from lightning_edit.editors import NoEdit
+    from lightning_edit.models.loading import ModelSource
+
+    asked = []
+
+    def respond(text: str, n: int):
+        asked.append(text)
+        return "reply", "A" if n % 2 == 0 else "B, because"
+
+    chat_server.respond = respond
+    spec, env = loopback_judge(chat_server, tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    judge = {"openai_chat": spec["init_args"] | {"template": "rule_edit_ab"}}
+    data = RuleEdit(
+        "builtin:data/ruleedit", task="all", case_grouping="dmle_staged", locality_tokens="expected",
+        answer_cleaning="dmle", aggregation="run_new", judge=judge, limit=1,
+    )  # fmt: skip
+    editor = NoEdit(ModelSource("builtin:models/toy-rule-gpt2"))
+    Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
+    (case,) = data.cases
+    for metric in ("Rel", "Gen", "Loc", "IP", "RU"):
+        assert editor.results[metric]["n_missing"] == 0 and "rule_edit_ab" in editor.results[metric]["convention"]
+        assert editor.results[f"{metric}_exact_match"]["kind"].startswith("ruleedit_exact_match")
+        for group in case.groups.values():
+            if metric in group.metrics.values():
+                for prompt in group.prompts:  # every prompt of the metric went to the LLM, Loc's too
+                    assert any(prompt in text for text in asked), (metric, prompt)
+    assert 0 < editor.results["Loc"]["n_prompts"] and chat_server.calls == len(asked)
