@@ -36,6 +36,17 @@ def hand_answer(model, tokenizer, prompt: str) -> str:
     return min((text.split(stop)[0] for stop in (".", "\n")), key=len)
 
 
+def known_half(tmp_path, name: str) -> tuple[list[dict], str]:
+    """The first 6 records of a shipped toy file, every other one edited towards the true object the toy model knows
+    (so some generated-answer grades are 1), written to a file: (records, its path)."""
+    records = json.loads(resolve_path(f"builtin:data/toy/{name}.json").read_text())[:6]
+    for record in records[::2]:
+        record["requested_rewrite"]["target_new"] = record["requested_rewrite"]["target_true"]
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(records))
+    return records, str(path)
+
+
 def test_contains_is_whole_words_after_normalisation():
     judge = ContainsJudge()
     items = [JudgeInput.of("q", "Paris", p) for p in ("The answer: paris, France", "Parisian", "in the Paris")]
@@ -56,13 +67,9 @@ def test_a_qa_instruction_wraps_the_prompt_after_any_in_context_text():
 def test_counterfact_generated_answers_equal_a_hand_computation(tmp_path):
     """NoEdit on toy cases whose new object is, for every other case, the true one the model knows: ES_gen and PS_gen
     (exact match, contains) per case equal plain transformers' greedy answers graded by hand; NS_gen is 1 unedited."""
-    records = json.loads(resolve_path("builtin:data/toy/counterfact.json").read_text())[:6]
-    for record in records[::2]:
-        record["requested_rewrite"]["target_new"] = record["requested_rewrite"]["target_true"]
-    path = tmp_path / "counterfact.json"
-    path.write_text(json.dumps(records))
+    records, path = known_half(tmp_path, "counterfact")
     editor = NoEdit(ModelSource(TOY))
-    data = CounterFact(str(path), generated_answers="bare", batch_size=4)
+    data = CounterFact(path, generated_answers="bare", batch_size=4)
     Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
     model, tokenizer = editor.model, editor.tokenizer
     for record in records:
@@ -134,13 +141,9 @@ def test_zsre_reports_generated_answers_beside_token_accuracy():
 def test_bake_generated_answers_equal_a_hand_computation_and_keep_the_filter(tmp_path):
     """BAKE with generated answers (NoEdit, toy GPT-2): every reverse prompt the pre-edit filter keeps gets
     RQS_gen/RJS_gen graded from plain transformers' greedy answer, and the prompts it leaves out get none."""
-    records = json.loads(resolve_path("builtin:data/toy/bake_qa.json").read_text())[:6]
-    for record in records[::2]:  # facts the model knows, so some rewrite grades are 1
-        record["requested_rewrite"]["target_new"] = record["requested_rewrite"]["target_true"]
-    path = tmp_path / "bake.json"
-    path.write_text(json.dumps(records))
+    records, path = known_half(tmp_path, "bake_qa")
     editor = NoEdit(ModelSource(TOY))
-    data = BAKE(str(path), generated_answers="bare", batch_size=4)
+    data = BAKE(path, generated_answers="bare", batch_size=4)
     Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
     kinds = answer_kinds("bare")
     declared = data.declared_metrics()

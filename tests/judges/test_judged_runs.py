@@ -324,6 +324,7 @@ def test_generated_answers_graded_by_an_llm_judge(tmp_path, chat_server, monkeyp
     from lightning_edit.editors import NoEdit
     from lightning_edit.errors import ConfigError
     from lightning_edit.models.loading import ModelSource
+    from tests.data.test_answers import known_half
 
     asked = []
 
@@ -335,16 +336,14 @@ def test_generated_answers_graded_by_an_llm_judge(tmp_path, chat_server, monkeyp
         return "reply", json.dumps({"verdict": "yes" if reference.lower() in answer.lower() else "no"})
 
     chat_server.respond = respond
-    records = json.loads((ROOT / "lightning_edit/assets/data/toy/counterfact.json").read_text())[:4]
-    for record in records[::2]:  # facts the model knows: some answers contain the expected object
-        record["requested_rewrite"]["target_new"] = record["requested_rewrite"]["target_true"]
-    path = tmp_path / "counterfact.json"
-    path.write_text(json.dumps(records))
+    records, path = known_half(tmp_path, "counterfact")  # facts the model knows: some answers contain the object
+    records = records[:4]
+    Path(path).write_text(json.dumps(records))
     spec, env = loopback_judge(chat_server, tmp_path)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     judge = {"openai_chat": spec["init_args"] | {"template": "answer_correct"}}
-    data = CounterFact(str(path), generated_answers="bare", answer_judge=judge, batch_size=4)
+    data = CounterFact(path, generated_answers="bare", answer_judge=judge, batch_size=4)
     editor = NoEdit(ModelSource("builtin:models/toy-gpt2"))
     Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
 
@@ -356,9 +355,9 @@ def test_generated_answers_graded_by_an_llm_judge(tmp_path, chat_server, monkeyp
     assert editor.results["ES_gen_judged"]["macro"] > 0 and "NS_gen_judged" not in editor.results
     assert "answer_correct" in editor.results["ES_gen_judged"]["convention"]
     with pytest.raises(ConfigError, match="set data.generated_answers too"):
-        CounterFact(str(path), answer_judge=judge)
+        CounterFact(path, answer_judge=judge)
     with pytest.raises(ConfigError, match="data.answer_judge=.*one judge and its arguments"):
-        CounterFact(str(path), generated_answers="bare", answer_judge={"openai_chat": "x"})
+        CounterFact(path, generated_answers="bare", answer_judge={"openai_chat": "x"})
 
 
 def test_dmle_routing_with_a_key_has_the_llm_grade_every_metric_loc_included(tmp_path, chat_server, monkeypatch):
