@@ -1,6 +1,6 @@
 """RULE-EDIT on the toy rule model: the paper's Tables 1-3 for editors of the shipped toy rule GPT-2 (not a test).
 
-    python benchmarks/toy_ruleedit.py                                 # every task, every editor
+    python benchmarks/toy_ruleedit.py                                 # every task, every editor but PROMPT
     python benchmarks/toy_ruleedit.py --tasks formula --methods ROME PROMPT --limit 20
 
 Each row is one ``lightning-edit validate`` run, in-process, of ``configs/methods/<method>.yaml`` (+ the model preset
@@ -28,6 +28,9 @@ METRICS = {
 }
 CONVENTIONS = ("", "_exact_match", "_token_acc")
 METHODS = ("unedited", "ROME", "MEMIT", "LoRA", "GRACE", "PROMPT")
+#: PROMPT's rule in context and a 3 x answer budget exceed the toy rule model's 256 positions on some rules' instance
+#: prompts, so its run stops before any edit (the positions check); it is run only when asked for
+DEFAULT_METHODS = METHODS[:-1]
 
 
 def cell(metrics: dict, name: str) -> str:
@@ -39,7 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="toy-rule-gpt2", help="a model preset: configs/models/<model>.yaml")
     parser.add_argument("--tasks", nargs="+", default=list(METRICS), choices=list(METRICS))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=METHODS)
     parser.add_argument("--limit", type=int, default=None, help="the first cases only")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
