@@ -68,7 +68,7 @@ def aggregate(
             "case_means": {},
         }
     sums = torch.stack([chunk.sum() for chunk in (weights * scores).split(counts.tolist())])
-    totals = torch.stack([chunk.sum() for chunk in weights.split(counts.tolist())])  # the counts, unweighted
+    totals = torch.stack([chunk.sum() for chunk in weights.split(counts.tolist())])  # the counts when every w is 1
     case_means = sums / totals
     macro = float(case_means.mean())
     micro = float(sums.sum() / totals.sum())
