@@ -17,9 +17,9 @@ command after Python's imports: model loading, Trainer set-up, editing, scoring 
 
 The scorer computes logits only where it scores on every path. With ``--generated-answers`` every run also generates
 and grades an answer to each prompt (``--data.generated_answers``, QAEdit's convention); on the batched path the
-answers of a data batch's cases are generated together, each row on its own case's update. The statistics cache and the context templates are
-warmed first by a short run. The script checks that every path gives every case the same scores (cases.jsonl) and
-prints cases/s and each path's speed-up over the reference.
+answers of a data batch's cases are generated together, each row on its own case's update. The statistics cache and
+the context templates are warmed first by a short run. The script checks that every path gives every case the same
+scores (cases.jsonl) and prints cases/s and each path's speed-up over the first path run (``--paths``).
 """
 
 import argparse
