@@ -9,7 +9,7 @@ import torch
 from transformers import AutoTokenizer, GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from lightning_edit.models.tokenization import encode_prompt
+from lightning_edit.models.tokenization import encode_prompt, encode_prompt_target
 from lightning_edit.resources import resolve_path
 
 
@@ -57,11 +57,9 @@ def toy_tokenizer(name: str, padding_side: str = "left", chat_template: str | No
 
 
 def continuation(tokenizer, prompt: str, text: str) -> list[int]:
-    """The tokens ``prompt + " " + text`` adds to the prompt's (:func:`encode_prompt`)."""
-    ids = encode_prompt(tokenizer, prompt)
-    full = encode_prompt(tokenizer, f"{prompt} {text}")
-    assert full[: len(ids)] == ids, (prompt, text)  # the text continues the prompt's tokens
-    return full[len(ids) :]
+    """The tokens ``prompt + " " + text`` adds to the prompt's, as teacher forcing reads a target
+    (:func:`~lightning_edit.models.tokenization.encode_prompt_target`)."""
+    return encode_prompt_target(tokenizer, prompt, text)[1]
 
 
 def scripted(tokenizer, says: dict[str, str]) -> ScriptedLM:

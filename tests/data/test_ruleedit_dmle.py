@@ -170,51 +170,43 @@ def dmle_record_means(case, metric: str, values: list[float], aggregation: str) 
     return [v for blocks in records.values() for block in blocks for v in block]
 
 
-@pytest.mark.parametrize("aggregation", ["pooled", "run_new", "cal_avg"])
-def test_aggregation_gives_dmles_averages_over_records_and_blocks(aggregation):
-    """Point 6, through a whole run (NoEdit on the scripted stub, 2 staged rules, exact match): the stub answers the
+def test_aggregation_gives_dmles_averages_over_records_and_blocks():
+    """Point 6, through whole runs (NoEdit on the scripted stub, 2 staged rules, exact match): the stub answers the
     first prompt of every group right and the others wrong, so blocks of different sizes score differently; each
     metric's macro mean equals the mean over rules of DMLE's per-record means (``run_new``: of block means;
-    ``cal_avg``: of the record's prompts), or of the rule's prompts pooled (``pooled``)."""
+    ``cal_avg``: of the record's prompts, and ``Port`` pooling IP and RU), or of the rule's prompts pooled
+    (``pooled``); the three aggregations give different numbers."""
     from lightning import Trainer
 
     from lightning_edit.editors import NoEdit
     from lightning_edit.judges.exact_match import normalize_answer
     from lightning_edit.models.loading import ModelSource
 
-    data = RuleEdit(
-        FIXTURE, task="all", case_grouping="dmle_staged", judge={"exact_match": {}}, aggregation=aggregation
-    )
-    data.setup()
-    editor = NoEdit(ModelSource("builtin:models/toy-gpt2"))
-    first = {}  # the stub says the expected answer after the first prompt of each group, "nothing" after the others
-    for case in data.cases:
-        for group in case.groups.values():
-            for k, (prompt, expected) in enumerate(zip(group.prompts, group.expected)):
-                first.setdefault(prompt, expected if k == 0 else "nothing")
-    editor.model = scripted(editor.tokenizer, first)
-    Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
-    expected_macro = {}
-    for metric in HEADLINE + ("Port",) * (aggregation == "cal_avg"):  # cal_avg.py's Portability: IP and RU pooled
-        rule_means = []
+    macros: dict[str, dict[str, float]] = {}
+    for aggregation in ("pooled", "run_new", "cal_avg"):
+        data = RuleEdit(
+            FIXTURE, task="all", case_grouping="dmle_staged", judge={"exact_match": {}}, aggregation=aggregation
+        )
+        data.setup()
+        editor = NoEdit(ModelSource("builtin:models/toy-gpt2"))
+        first = {}  # the stub says the expected answer after the first prompt of each group, "nothing" after others
         for case in data.cases:
-            answers = editor.case_answers[metric][case.case_id]
-            pairs = [e for g in case.groups.values() if metric in g.metrics.values() for e in g.expected]
-            values = [float(normalize_answer(answers[i]) == normalize_answer(e)) for i, e in enumerate(pairs)]
-            records = dmle_record_means(case, metric, values, aggregation)
-            rule_means.append(sum(records) / len(records))
-        expected_macro[metric] = sum(rule_means) / len(rule_means)
-        assert editor.results[metric]["macro"] == pytest.approx(expected_macro[metric]), metric
-    MACROS[aggregation] = expected_macro
-
-
-MACROS: dict[str, dict[str, float]] = {}
-
-
-def test_the_three_aggregations_differ_on_the_toy_rules():
-    """Run after the test above: the three conventions give different numbers, so each was tested on its own."""
-    if len(MACROS) < 3:
-        pytest.skip("needs test_aggregation_gives_dmles_averages_over_records_and_blocks for every aggregation")
-    assert len({tuple(round(macros[m], 9) for m in HEADLINE) for macros in MACROS.values()}) == 3
-    port = MACROS["cal_avg"]["Port"]
-    assert port not in (MACROS["cal_avg"]["IP"], MACROS["cal_avg"]["RU"])  # a pool of both, not either
+            for group in case.groups.values():
+                for k, (prompt, expected) in enumerate(zip(group.prompts, group.expected)):
+                    first.setdefault(prompt, expected if k == 0 else "nothing")
+        editor.model = scripted(editor.tokenizer, first)
+        trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+        trainer.validate(editor, datamodule=data, verbose=False)
+        macros[aggregation] = {}
+        for metric in HEADLINE + ("Port",) * (aggregation == "cal_avg"):
+            rule_means = []
+            for case in data.cases:
+                answers = editor.case_answers[metric][case.case_id]
+                pairs = [e for g in case.groups.values() if metric in g.metrics.values() for e in g.expected]
+                values = [float(normalize_answer(answers[i]) == normalize_answer(e)) for i, e in enumerate(pairs)]
+                records = dmle_record_means(case, metric, values, aggregation)
+                rule_means.append(sum(records) / len(records))
+            macros[aggregation][metric] = sum(rule_means) / len(rule_means)
+            assert editor.results[metric]["macro"] == pytest.approx(macros[aggregation][metric]), (aggregation, metric)
+    assert len({tuple(round(macros[a][m], 9) for m in HEADLINE) for a in macros}) == 3
+    assert macros["cal_avg"]["Port"] not in (macros["cal_avg"]["IP"], macros["cal_avg"]["RU"])  # a pool of both

@@ -395,4 +395,4 @@ def test_dmle_routing_with_a_key_has_the_llm_grade_every_metric_loc_included(tmp
             if metric in group.metrics.values():
                 for prompt in group.prompts:  # every prompt of the metric went to the LLM, Loc's too
                     assert any(prompt in text for text in asked), (metric, prompt)
-    assert 0 < editor.results["Loc"]["n_prompts"] and chat_server.calls == len(asked)
+    assert editor.results["Loc"]["n_prompts"] > 0
