@@ -20,7 +20,21 @@ from pathlib import Path
 import torch
 from toy_runs import validate
 
-METHODS = ("unedited", "ROME", "r-ROME", "MEMIT", "AlphaEdit", "GRACE", "WISE", "FT", "FT-L", "FT-M", "LoRA", "RECT")
+METHODS = (
+    "unedited",
+    "ROME",
+    "r-ROME",
+    "MEMIT",
+    "AlphaEdit",
+    "GRACE",
+    "WISE",
+    "FT",
+    "FT-L",
+    "FT-M",
+    "LoRA",
+    "RECT",
+    "UltraEdit",
+)
 METRICS = ("ES", "PS", "NS")
 
 

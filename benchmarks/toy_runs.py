@@ -30,12 +30,13 @@ METHODS = {
     "FT-M": ("ft_m", True, []),
     "LoRA": ("lora", True, ["--model.num_steps=20", "--model.early_stop_loss=1e-2", "--model.lr=1e-3"]),
     "RECT": ("rect", True, []),
+    "UltraEdit": ("ultraedit", True, ["--model.lr=5e-4"]),
     "MEND": ("mend", True, ["--model.sites.mend_layers=[2,3]"]),  # configs/toy/mend.yaml's; a run adds ckpt_path
     "PROMPT": ("prompt", False, []),
     "IKE": ("ike", False, []),
 }
 #: model -> row name -> flags that replace the toy-gpt2 values above (docs/toy-presets.md)
-MODEL_FLAGS = {"toy-llama": {"GRACE": ["--model.eps=9"]}}
+MODEL_FLAGS = {"toy-llama": {"GRACE": ["--model.eps=9"], "UltraEdit": ["--model.lr=2e-3"]}}
 
 
 def validate(

@@ -147,7 +147,7 @@ class RunReport(Callback):
         }
         notes = datamodule.run_notes(module) if isinstance(datamodule, EditDataModule) else {}
         seconds = time.perf_counter() - self.start
-        path = write_results(directory, module.results, self.config, counts, seconds, notes, judges)
+        path = write_results(directory, module.results, self.config, counts, seconds, notes, judges, module.stream)
         rows = case_rows(cases, module.case_scores, module.case_answers)
         (directory / "cases.jsonl").write_text(
             "".join(json.dumps(json_safe(row), allow_nan=False) + "\n" for row in rows)

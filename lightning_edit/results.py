@@ -56,13 +56,15 @@ def write_results(
     seconds: float | None = None,
     benchmark: dict[str, Any] | None = None,
     judges: dict[str, Any] | None = None,
+    stream: list[dict[str, float]] | None = None,
 ) -> Path:
     """Write ``results.json`` and ``results.md`` into ``directory``; returns the JSON path.
 
     ``seconds``: wall-clock time of the evaluation (edits and scoring, not loading), reported as ``seconds``;
     ``benchmark``: the benchmark's notes on the run (:meth:`~lightning_edit.data.base.EditDataModule.run_notes`),
     written as ``benchmark`` when there are any; ``judges``: the ``judges`` and ``judge_agreement`` blocks
-    (:func:`~lightning_edit.judges.kind.judge_report`) when a judge scored anything.
+    (:func:`~lightning_edit.judges.kind.judge_report`) when a judge scored anything; ``stream``: a sequential run's
+    record at each ``eval_at`` checkpoint (edits applied, seconds spent editing, peak memory in bytes), when it has one.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -70,6 +72,7 @@ def write_results(
         "metrics": metrics,
         "counts": counts,
         "seconds": seconds,
+        **({"stream": stream} if stream else {}),
         **({"benchmark": benchmark} if benchmark else {}),
         **(judges or {}),
         "config": config,

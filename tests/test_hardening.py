@@ -305,6 +305,7 @@ EDITORS: dict[str, list[str] | None] = {
     "LoRA": ["--model.sites.lora_layers=[9]"],
     "GRACE": ["--model.sites.grace_layer=9"],
     "WISE": ["--model.sites.wise_layer=9"],
+    "UltraEdit": ["--model.sites.ultraedit_layers=[9]"],
 }
 
 

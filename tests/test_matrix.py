@@ -60,6 +60,7 @@ METHOD_FLAGS = {
     "prompt": [],
     "rect": LOCATE,
     "rome": LOCATE,
+    "ultraedit": [],
     "wise": ["--model.n_iter=1", "--model.template_lengths=[[5, 1]]"],
 }
 

@@ -12,6 +12,7 @@ from lightning_edit.editors.mend import MEND
 from lightning_edit.editors.no_edit import NoEdit
 from lightning_edit.editors.rect import RECT
 from lightning_edit.editors.rome import ROME
+from lightning_edit.editors.ultraedit import UltraEdit
 from lightning_edit.editors.wise import WISE
 
 __all__ = [
@@ -27,5 +28,6 @@ __all__ = [
     "NoEdit",
     "RECT",
     "ROME",
+    "UltraEdit",
     "WISE",
 ]

@@ -61,6 +61,9 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         edit_batch_size: cases applied per editor call under ``sequential`` and in ``fit`` (ignored, with a note,
             under the others).
         eval_at: sequential protocol: also score the first n cases right after the n-th edit, for each n.
+        eval_sample: with ``eval_at``, score at each of those checkpoints a sample of at most this many of the first
+            n cases instead of all of them (seeded, the same cases on every run; every case is still scored at the
+            end); None: all of them.
         scoring: how evaluation prompts are scored (batch size, chat template, generation settings).
         output_dir: where ``fit`` saves the edited model; default ``<log dir>/edited_model``.
         in_context: also write the new fact (and retrieved demonstrations) before every evaluation prompt, on top
@@ -82,6 +85,7 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         protocol: Literal["single", "batch", "sequential"] = "single",
         edit_batch_size: int = 1,
         eval_at: list[int] | None = None,
+        eval_sample: int | None = None,
         scoring: ScoringConfig | None = None,
         output_dir: str | None = None,
         in_context: InContext | None = None,
@@ -95,9 +99,13 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
             raise ConfigError(f"edit_batch_size={edit_batch_size}: cases per editor call, at least 1")
         if eval_at and min(eval_at) < 1:
             raise ConfigError(f"eval_at={eval_at}: numbers of edits, each at least 1")
+        if eval_sample is not None and (eval_sample < 1 or not eval_at):
+            raise ConfigError(f"eval_sample={eval_sample}: cases scored at each eval_at checkpoint, >= 1, with eval_at")
         self.model, self.tokenizer = load_model_and_tokenizer(lm)
         self.model.requires_grad_(False)
         self.protocol, self.edit_batch_size, self.eval_at = protocol, edit_batch_size, sorted(eval_at or [])
+        self.eval_sample = eval_sample
+        self.stream: list[dict[str, float]] = []  # one record per eval_at checkpoint: edits, seconds, peak memory
         self.scoring = scoring or ScoringConfig()
         self.output_dir = output_dir
         self.in_context = in_context

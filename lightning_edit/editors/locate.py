@@ -72,6 +72,11 @@ class EditSites:
             exists (GRACE then asks for it).
         wise_layer: the layer whose MLP output projection WISE keeps a side memory of (LLaMA-2 7B 27, LLaMA-3 8B
             29); None where no reference value exists (WISE then asks for it).
+        ultraedit_layers: the layers UltraEdit edits (GPT-J 18-26, Qwen2.5-7B 18-26 in the UltraEdit repo); None:
+            the two layers before the last (the repo's Mistral-7B choice, 29-30 of 32).
+        ultraedit_modules: which projections of those layers UltraEdit edits: ``mlp_out`` (the MLP output
+            projection, the repo's GPT-J and Mistral choice) and/or ``mlp_in`` (LLaMA/Qwen gate and up projections,
+            GPT-2 ``c_fc``; the repo's Qwen2.5 choice).
     """
 
     rome_layer: int = 5
@@ -82,6 +87,8 @@ class EditSites:
     lora_layers: list[int] | None = None
     grace_layer: int | None = None
     wise_layer: int | None = None
+    ultraedit_layers: list[int] | None = None
+    ultraedit_modules: list[Literal["mlp_in", "mlp_out"]] = field(default_factory=lambda: ["mlp_out"])
 
 
 def context_templates(

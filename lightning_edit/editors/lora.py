@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
-from peft.utils import WEIGHTS_NAME
 
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.base import EditorModule, require
@@ -29,6 +27,9 @@ from lightning_edit.models.loading import ModelLoadError, ModelNotFoundError, Mo
 from lightning_edit.models.registry import ModuleRole, resolve_architecture
 from lightning_edit.models.saving import save_edited_model, write_edits_record
 from lightning_edit.models.snapshot import WeightSnapshot
+
+if TYPE_CHECKING:  # peft is imported where an adapter is made (a run without LoRA does not pay for its import)
+    from peft import LoraConfig, PeftModel
 
 
 class LoraUndo:
@@ -115,6 +116,8 @@ class LoRA(EditorModule):
             self.load_adapter(adapter_path)
 
     def lora_config(self) -> LoraConfig:
+        from peft import LoraConfig
+
         return LoraConfig(
             r=self.rank, lora_alpha=self.alpha, lora_dropout=0.0, target_modules=self.module_names,
             fan_in_fan_out=self.conv1d,
@@ -126,6 +129,8 @@ class LoRA(EditorModule):
 
     def add_adapter(self) -> str:
         """A new adapter (B = 0: the model's outputs do not change), active with the earlier ones and trainable."""
+        from peft import get_peft_model
+
         name = f"edit_{self._created}"
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.init_seed + self._created)
@@ -156,6 +161,9 @@ class LoRA(EditorModule):
     def load_adapter(self, path: str) -> None:
         """Apply the adapters ``fit`` exported to ``path`` (a subdirectory per adapter, as peft saves them), frozen; a
         pickled ``adapter_model.bin`` that holds more than tensors is refused (:class:`ModelLoadError`)."""
+        from peft import PeftModel
+        from peft.utils import WEIGHTS_NAME
+
         folder = Path(path)
         directories = [d for d in folder.iterdir() if (d / "adapter_config.json").is_file()] if folder.is_dir() else []
         if not directories:

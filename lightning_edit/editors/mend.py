@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import pickle
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +37,14 @@ from torch.func import functional_call
 from lightning_edit.data.edit_training import TrainingEdit
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.gradients import EditBatch, encode_edits, inputs_and_output_gradients, target_nll
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.mend_network import Factors, MENDNetwork
 from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.errors import ConfigError, UserError, refused_weights
 from lightning_edit.evaluation import ScoringConfig
-from lightning_edit.models.hooks import Trace
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear, weight_layout
-from lightning_edit.models.tokenization import encode_prompt_target, pad
 
 CHECKPOINT_FORMAT = "lightning-edit/MEND-hypernetwork"
 #: Settings that shape the network: taken from a checkpoint when one is loaded.
@@ -59,16 +57,6 @@ torch.serialization.add_safe_globals([AttributeDict, EditSites, ModelSource, Sco
 
 class MENDCheckpointError(UserError, ValueError):
     """A MEND checkpoint that does not belong to this base model or these edited parameters."""
-
-
-@dataclass(frozen=True)
-class _Encoded:
-    """A right-padded batch of ``prompt + " " + target`` sequences, each (B, L)."""
-
-    input_ids: Tensor
-    attention_mask: Tensor
-    position_ids: Tensor
-    target_mask: Tensor  # True at the target's tokens
 
 
 class MEND(EditorModule):
@@ -179,62 +167,28 @@ class MEND(EditorModule):
 
     # Gradient decomposition and the edit -------------------------------------------------------------------------
 
-    def _encode(self, prompts: list[str], targets: list[str]) -> _Encoded:
-        pairs = [encode_prompt_target(self.tokenizer, p, t) for p, t in zip(prompts, targets)]
-        input_ids, attention_mask, position_ids = pad([p + t for p, t in pairs], self.tokenizer.pad_token_id, "right")
-        target_mask = torch.zeros_like(attention_mask, dtype=torch.bool)
-        for row, (prompt_ids, target_ids) in enumerate(pairs):
-            target_mask[row, len(prompt_ids) : len(prompt_ids) + len(target_ids)] = True
-        device = self.model.device
-        return _Encoded(
-            input_ids.to(device), attention_mask.to(device), position_ids.to(device), target_mask.to(device)
-        )
-
-    def _logits(self, batch: _Encoded, weights: dict[str, Tensor] | None = None) -> Tensor:
+    def _logits(self, batch: EditBatch, weights: dict[str, Tensor] | None = None) -> Tensor:
         """(B, L, V) logits of the base model, or of the model with ``weights`` swapped in (functionally)."""
-        inputs = dict(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            use_cache=False,
-        )
         if weights is None:
-            return self.model(**inputs).logits
-        return functional_call(self.model, weights, args=(), kwargs=inputs).logits
+            return self.model(**batch.model_inputs()).logits
+        return functional_call(self.model, weights, args=(), kwargs=batch.model_inputs()).logits
 
-    @staticmethod
-    def target_nll(logits: Tensor, batch: _Encoded) -> Tensor:
-        """(B,) mean per-token NLL of each sequence's target tokens."""
-        logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # (B, L-1, V): position t predicts t+1
-        token_logprobs = logprobs.gather(-1, batch.input_ids[:, 1:, None])[..., 0]  # (B, L-1)
-        mask = batch.target_mask[:, 1:].float()
-        return -(token_logprobs * mask).sum(1) / mask.sum(1)
+    def encode(self, prompts: list[str], targets: list[str]) -> EditBatch:
+        return encode_edits(self.tokenizer, prompts, targets, self.model.device)
 
     def edit_factors(self, requests: list[EditRequest]) -> dict[str, Factors]:
         """{weight: (u (n, d_in), δ (n, d_out))} of one pass of the edit loss over the requests, on the current weights.
 
         The edit loss is the sum over requests of the mean NLL of ``target_new``; u is the input of each edited
-        module, δ the gradient of the loss with respect to its output (a zero tensor added to the output carries it,
-        so the frozen weights need no gradient). Rows are flattened over batch and positions.
+        module, δ the gradient of the loss with respect to its output. Rows are flattened over batch and positions.
         """
-        if torch.is_inference_mode_enabled():
-            raise RuntimeError("MEND computes gradients to edit: run the Trainer with inference_mode=False")
-        batch = self._encode([r.filled_prompt for r in requests], [r.target_new for r in requests])
-        probes: dict[str, Tensor] = {}
-
-        def add_probe(module: str, hidden: Tensor) -> Tensor:
-            probes[module] = torch.zeros_like(hidden, requires_grad=True)
-            return hidden + probes[module]
-
+        batch = self.encode([r.filled_prompt for r in requests], [r.target_new for r in requests])
         modules = list(self.modules_of.values())
-        with torch.enable_grad(), Trace(self.model, modules, inputs=True, outputs=False, edit_output=add_probe) as tr:
-            loss = self.target_nll(self._logits(batch), batch).sum()
-            gradients = torch.autograd.grad(loss, [probes[m] for m in modules])
-        factors = {}
-        for name, module, delta in zip(self.inner_params, modules, gradients):
-            u = tr.inputs[module]
-            factors[name] = (u.reshape(-1, u.shape[-1]), delta.reshape(-1, delta.shape[-1]))  # (B·L, d)
-        return factors
+        pairs = inputs_and_output_gradients(self.model, modules, batch, lambda logits: target_nll(logits, batch).sum())
+        return {
+            name: (u.reshape(-1, u.shape[-1]), delta.reshape(-1, delta.shape[-1]))  # (B·L, d)
+            for name, (u, delta) in zip(self.inner_params, (pairs[m] for m in modules))
+        }
 
     def updates(self, requests: list[EditRequest], update_stats: bool = False) -> dict[str, Tensor]:
         """ΔW (float32, Linear convention (d_out, d_in)) of each edited weight for the requests."""
@@ -281,13 +235,13 @@ class MEND(EditorModule):
             weights[name] = weight + from_linear(delta, self.layouts[name]).to(weight.dtype)
         equivalent = [(example.request.filled_prompt, example.request.target_new) for example in batch]
         equivalent += [pair for example in batch for pair in example.equivalent]
-        edit_batch = self._encode(*zip(*equivalent))
-        edit_nll = self.target_nll(self._logits(edit_batch, weights), edit_batch).mean()
+        edit_batch = self.encode(*zip(*equivalent))
+        edit_nll = target_nll(self._logits(edit_batch, weights), edit_batch).mean()
         locality = [pair for example in batch for pair in example.locality]
-        loc_kl = self.locality_kl(self._encode(*zip(*locality)), weights) if locality else edit_nll.new_zeros(())
+        loc_kl = self.locality_kl(self.encode(*zip(*locality)), weights) if locality else edit_nll.new_zeros(())
         return {"loss": self.c_edit * edit_nll + self.c_loc * loc_kl, "edit_nll": edit_nll, "loc_kl": loc_kl}
 
-    def locality_kl(self, batch: _Encoded, weights: dict[str, Tensor]) -> Tensor:
+    def locality_kl(self, batch: EditBatch, weights: dict[str, Tensor]) -> Tensor:
         """KL(p_unedited ‖ p_edited) of the next-token distributions, mean over the real positions of ``batch``."""
         with torch.no_grad():
             before = torch.log_softmax(self._logits(batch).float(), dim=-1)  # (B, L, V)

@@ -8,7 +8,9 @@
 - ``sequential``: before evaluation, every case is applied cumulatively, ``edit_batch_size`` cases per editor
   call, in dataset order; all cases are then scored on the final model (the WISE/AlphaEdit "T edits, then
   evaluate" protocol), and, for each n in ``eval_at``, the first n cases are also scored right after the n-th
-  edit (reported as ``<metric>@<n>``, the retention curve). Every edit is undone after the run.
+  edit (reported as ``<metric>@<n>``, the retention curve; with ``eval_sample`` a seeded sample of at most that many
+  of them), and the editing time and peak memory so far are recorded (results.json's ``stream``). Every edit is undone
+  after the run.
 
 Under every protocol, the requests of a case that splits them into editor calls (``EditCase.calls``: RULE-EDIT's
 instance editing, one request per call; DMLE's staged edits, two then one) are applied in those calls, in order;
@@ -38,6 +40,8 @@ distributed sampler repeats is counted once.
 
 from __future__ import annotations
 
+import resource
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,6 +68,23 @@ def max_positions(model: nn.Module) -> int | None:
     """The model's maximum positions (``n_positions`` / ``max_position_embeddings``), None when it has none."""
     config = getattr(model, "config", None)
     return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """The peak memory of the run so far: CUDA memory allocated on ``device``, else the process's peak resident set."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def checkpoint_sample(n: int, size: int | None, total: int, seed: int = 0) -> list[int]:
+    """Positions (< n, ascending) scored at the checkpoint after n edits of ``total``: all of them, or the ``size`` of
+    them that come first in one seeded random order of all positions (so a later checkpoint keeps the earlier
+    sample's cases unless later ones come before them in that order)."""
+    if size is None or n <= size:
+        return list(range(n))
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).tolist()
+    return sorted([position for position in order if position < n][:size])
 
 
 def _check_length(case: EditCase, field: str, prompt: str, tokens: int, limit: int | None) -> None:
@@ -213,15 +234,21 @@ class ProtocolRunner(LightningModule):
         undo = self.prepare_undo(self._requests(cases))
         self._sequential = (undo, reference)
         positions = {case.case_id: position for position, case in enumerate(cases)}
-        previous = 0
+        previous, start, scoring_seconds = 0, time.perf_counter(), 0.0
+        self.stream = []
         for applied in self._apply_in_order(cases, "sequential edits"):
             for n in self.eval_at:
                 if previous < n <= applied:
+                    edit_seconds = time.perf_counter() - start - scoring_seconds
+                    memory = peak_memory_bytes(self.device)
+                    self.stream.append({"edits": applied, "edit_seconds": edit_seconds, "peak_memory_bytes": memory})
                     self._share_edited_state(undo, before)
-                    prefix = [case for case in local if positions[case.case_id] < n]
+                    scored = set(checkpoint_sample(n, self.eval_sample, len(cases)))
+                    prefix = [case for case in local if positions[case.case_id] in scored]
                     answers = {}
                     scores = scorer.score(prefix, reference, self._contexts, answers=answers)
                     self._update_metrics(scores, f"@{n}", answers)
+                    scoring_seconds = time.perf_counter() - start - edit_seconds
             previous = applied
         self._share_edited_state(undo, before)
 

@@ -18,13 +18,14 @@ import logging
 import os
 import queue
 import threading
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from lightning_edit.errors import ConfigError, add_secrets, mask, require, secret_field, stop_requested
 from lightning_edit.judges.base import Scale
 from lightning_edit.judges.llm import LLMJudge
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,10 @@ class OpenAIChatJudge(LLMJudge):
             )
 
     def client(self) -> openai.OpenAI:
-        """The client, made on first use with the key from the environment."""
+        """The client, made on first use with the key from the environment (``openai`` is imported then: a run
+        without this judge does not pay for it)."""
+        import openai
+
         if self._client is None:
             self.check()
             add_secrets([os.environ[self.api_key_env]])  # masked in what is printed, logged or cached
@@ -99,6 +103,8 @@ class OpenAIChatJudge(LLMJudge):
         return self._client
 
     def _ask(self, messages: list[dict[str, str]]) -> tuple[str | None, str]:
+        import openai
+
         try:
             response = self.client().chat.completions.create(
                 model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=self.temperature

@@ -75,7 +75,7 @@ def fill(template: str, subject: str) -> str:
     return template.replace("{}", subject, 1)
 
 
-class _Names:
+class Names:
     """Unique fictional words: a syllable, a syllable opening with a rare cluster, sometimes a third, a coda."""
 
     def __init__(self, rng: random.Random):
@@ -154,7 +154,7 @@ class ToyWorld:
         (rounded) are bidirectional.
         """
         rng = random.Random(seed)
-        names = _Names(rng)
+        names = Names(rng)
         entities = {
             "person": names.two_word_names(n_people),
             "city": names.words(n_cities),
@@ -250,7 +250,7 @@ class ToyWorld:
         subjects, so theirs come from other relations with that object (in those relations' first template).
         """
         rng = self._rng("counterfact")
-        return [{"case_id": i, **self._rome_record(fact, rng)} for i, fact in enumerate(self._sample(n, rng))]
+        return [{"case_id": i, **self.rome_record(fact, rng)} for i, fact in enumerate(self._sample(n, rng))]
 
     def bake_records(self, n: int = 100) -> list[dict]:
         """BAKE-Q&J records of one-to-one relations: CounterFact records plus ``reverse_qa`` and ``reverse_judge``.
@@ -262,7 +262,7 @@ class ToyWorld:
         rng = self._rng("bake")
         records = []
         for i, fact in enumerate(self._sample(n, rng, invertible=True)):
-            record = {"case_id": i, **self._rome_record(fact, rng)}
+            record = {"case_id": i, **self.rome_record(fact, rng)}
             relation = self.relations[fact.relation]
             new = record["requested_rewrite"]["target_new"]["str"]
             competitor = next(f for f in self.facts_of(fact.relation) if f.object == new)
@@ -421,7 +421,7 @@ class ToyWorld:
         """A neighbour's prompt: in ``template`` if it is of ``relation``, else in its relation's first template."""
         return fill(template if fact.relation == relation else self.relations[fact.relation].forward[0], fact.subject)
 
-    def _rome_record(self, fact: Fact, rng: random.Random) -> dict:
+    def rome_record(self, fact: Fact, rng: random.Random) -> dict:
         """The ROME-format fields (all but ``case_id``) of an edit of ``fact``."""
         relation = self.relations[fact.relation]
         template = rng.choice(relation.forward)

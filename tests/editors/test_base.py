@@ -11,7 +11,9 @@ from lightning import Trainer
 from lightning_edit.data import CounterFact
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import EditorModule, NoEdit
+from lightning_edit.editors.protocols import checkpoint_sample
 from lightning_edit.models.loading import ModelSource, load_model
+from lightning_edit.report import RunReport
 
 EDITED = "transformer.h.1.mlp.c_proj.weight"
 
@@ -122,6 +124,43 @@ def test_the_requests_of_a_case_go_to_the_editor_in_its_calls(protocol):
     assert editor.seen == [[s[0]], ["X"], [s[1], "X"], [s[2]], ["X"], [s[3], "X"]]
     if protocol == "batch":  # the cases of a batch are edited together, in their calls
         assert editor.norms[4] == pytest.approx(editor.norms[0] * 3**4, rel=1e-5)
+
+
+def test_a_checkpoint_sample_is_the_first_positions_of_one_seeded_order():
+    assert checkpoint_sample(3, 5, 100) == [0, 1, 2]  # no more cases than the sample: all of them
+    order = torch.randperm(100, generator=torch.Generator().manual_seed(0)).tolist()
+    for n in (10, 60, 100):
+        sample = checkpoint_sample(n, 5, 100)
+        assert sample == sorted([p for p in order if p < n][:5]) and len(sample) == 5 and max(sample) < n
+    assert checkpoint_sample(60, 5, 100) == checkpoint_sample(60, 5, 100)
+    assert checkpoint_sample(60, 5, 100, seed=1) != checkpoint_sample(60, 5, 100)
+
+
+def test_eval_sample_scores_a_sample_at_each_checkpoint_and_every_case_at_the_end(tmp_path):
+    """``ES@4`` over 2 of the first 4 cases, ``ES`` over all 5; each checkpoint's edits, seconds and peak memory are
+    recorded and reach results.json."""
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="sequential", eval_at=[2, 4], eval_sample=2)
+    data = CounterFact("builtin:data/counterfact-flat.json", limit=5, batch_size=3)
+    trainer = Trainer(
+        accelerator="cpu",
+        enable_progress_bar=False,
+        inference_mode=False,
+        default_root_dir=tmp_path,
+        callbacks=[RunReport({})],
+    )
+    trainer.validate(editor, datamodule=data, verbose=False)
+    results = editor.results
+    assert (results["ES@2"]["n_cases"], results["ES@4"]["n_cases"], results["ES"]["n_cases"]) == (2, 2, 5)
+    assert [record["edits"] for record in editor.stream] == [2, 4]
+    assert 0 < editor.stream[0]["edit_seconds"] <= editor.stream[1]["edit_seconds"]
+    assert editor.stream[1]["peak_memory_bytes"] >= editor.stream[0]["peak_memory_bytes"] > 0
+    (path,) = tmp_path.rglob("results.json")
+    assert json.loads(path.read_text())["stream"] == editor.stream
+
+
+def test_eval_sample_needs_eval_at():
+    with pytest.raises(ValueError, match="eval_sample=3: cases scored at each eval_at checkpoint"):
+        NoEdit(ModelSource("builtin:models/tiny-gpt2"), protocol="sequential", eval_sample=3)
 
 
 def test_eval_at_needs_the_sequential_protocol():

@@ -21,6 +21,7 @@ from lightning_edit.cli import InterruptCheckpoint, build_cli
 from lightning_edit.data import EditTraining
 from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import MEND
+from lightning_edit.editors.gradients import target_nll
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.mend import MENDCheckpointError, read_hypernetwork
 from lightning_edit.editors.mend_network import GradientTransform, RunningNorm
@@ -54,9 +55,9 @@ def mend(model_dir: Path, **kwargs) -> MEND:
 
 
 def edit_nll(editor: MEND, requests: list[EditRequest]) -> torch.Tensor:
-    batch = editor._encode([r.filled_prompt for r in requests], [r.target_new for r in requests])
+    batch = editor.encode([r.filled_prompt for r in requests], [r.target_new for r in requests])
     with torch.no_grad():
-        return editor.target_nll(editor._logits(batch), batch)
+        return target_nll(editor._logits(batch), batch)
 
 
 def training_data(**kwargs) -> EditTraining:
@@ -78,8 +79,8 @@ def test_pseudo_gradient_equals_grad_at_identity(tiny_model_dir):
     weights = [editor.model.get_parameter(name) for name in editor.inner_params]
     for weight in weights:
         weight.requires_grad_(True)
-    batch = editor._encode([r.filled_prompt for r in REQUESTS], [r.target_new for r in REQUESTS])
-    editor.target_nll(editor._logits(batch), batch).sum().backward()
+    batch = editor.encode([r.filled_prompt for r in REQUESTS], [r.target_new for r in REQUESTS])
+    target_nll(editor._logits(batch), batch).sum().backward()
     expected_layout = "conv1d" if editor.arch.family == "gpt2" else "linear"
     for position, (name, weight) in enumerate(zip(editor.inner_params, weights)):
         assert editor.layouts[name] == expected_layout
@@ -164,7 +165,7 @@ def test_sign_convention_small_step_lowers_edit_nll(tiny_model_dir):
 
 def test_locality_kl_is_zero_for_the_unedited_model(tiny_model_dir):
     editor = mend(tiny_model_dir)
-    batch = editor._encode(["The capital of France is", "Answer:"], ["Paris", "A B"])
+    batch = editor.encode(["The capital of France is", "Answer:"], ["Paris", "A B"])
     unedited = {name: editor.model.get_parameter(name) for name in editor.inner_params}
     assert float(editor.locality_kl(batch, unedited)) == 0.0
 

@@ -24,6 +24,9 @@ OUT_OF_RANGE = [
     ("WISE", "save_freq", "0", ["--model.sites.wise_layer=1"]),
     ("WISE", "merge_freq", "700", ["--model.sites.wise_layer=1"]),
     ("ROME", "update_filter.keep_fraction", "0", ["--model.update_filter=RECT"]),
+    ("UltraEdit", "lr", "0", []),
+    ("UltraEdit", "ridge", "-1", []),
+    ("UltraEdit", "pass_size", "0", []),
 ]
 
 

@@ -1,0 +1,154 @@
+"""Lifelong editing on a toy model: retention and throughput along a stream of sequential edits (not a test).
+
+    python benchmarks/lifelong_stream.py --methods unedited MEMIT AlphaEdit UltraEdit --edit-batch-size 100 \\
+        --edits 10000 --checkpoints 1000 5000 10000 --sample 200 --plot docs/figures/lifelong-stream-toy-gpt2.png
+    python benchmarks/lifelong_stream.py --methods UltraEdit --edits 1000 --checkpoints 1000 --edit-batch-size 10
+
+Each method is one ``lightning-edit validate`` run under ``sequential`` (``toy_runs.validate``, in a process of its
+own so that its peak memory is its own) on a stream of toy CounterFact edits (``lightning_edit.toy.stream``: the toy
+world's 929 facts, then facts of generated subjects), with ``--model.eval_at`` at the checkpoints and
+``--model.eval_sample`` cases scored at each (the same cases for every method). Per checkpoint it prints ES / PS / NS
+(and rewrite_acc, locality_acc) of the sample (macro means), edits/s (cumulative: edits over the seconds spent
+editing, scoring excluded) and the process's peak memory; then the final scores of every edit. ``--methods unedited``
+adds the unedited model's scores of every edit, the reference the edits start from. ``--plot`` writes the retention
+and throughput curves as a PNG. Edits per call: each method config's own (AlphaEdit, UltraEdit 100; GRACE, WISE 1;
+MEMIT's config, written for ``batch``, 1) unless ``--edit-batch-size``. A method whose run is already in ``--root``
+(with as many edits per call) is read, not run again.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: CounterFact's probability comparisons, then token accuracy of target_new and argmax agreement on neighbours: on
+#: the generated subjects the unedited model's ES is near chance (it knows neither object), its rewrite_acc is not
+METRICS = ("ES", "PS", "NS", "rewrite_acc", "locality_acc")
+DEFAULT_METHODS = ("MEMIT", "AlphaEdit", "UltraEdit", "GRACE", "WISE")
+REFERENCE = "unedited"  # NoEdit over every edit of the stream: the scores the edits start from
+
+
+def config_batch(method: str) -> int:
+    """Edits per call of the method's config (configs/methods/<config>.yaml; MEMIT's, under ``batch``, is 1)."""
+    import yaml
+    from toy_runs import METHODS, ROOT
+
+    config = yaml.safe_load((ROOT / "configs/methods" / f"{METHODS[method][0]}.yaml").read_text())
+    return config["model"]["init_args"].get("edit_batch_size", 1)
+
+
+def write_stream(path: Path, edits: int) -> None:
+    from lightning_edit.resources import resolve_path
+    from lightning_edit.toy.stream import stream_records
+    from lightning_edit.toy.world import load_toy_world
+
+    world = load_toy_world(resolve_path("builtin:data/toy/world.json"))
+    path.write_text(json.dumps(stream_records(world, edits)))
+
+
+def run_one(args: argparse.Namespace) -> None:
+    """The child process: one method's sequential run (its results.json is read by the parent)."""
+    import torch
+    from toy_runs import validate
+
+    torch.set_num_threads(args.threads)
+    flags = [f"--data.path={args.stream}"]
+    if args.run != REFERENCE:
+        flags += [f"--model.eval_at=[{','.join(map(str, args.checkpoints))}]", f"--model.eval_sample={args.sample}"]
+    directory = args.root / f"{args.run}-{args.batch}"
+    validate(args.run, args.model, "counterfact", directory, flags, "sequential", args.batch)
+
+
+def rows_of(results: dict) -> list[dict]:
+    """One row per checkpoint (the sample's scores), then one of every edit's final scores."""
+    rows = []
+    for record in results.get("stream", []):
+        n = record["edits"]
+        scores = {m: results["metrics"].get(f"{m}@{n}", {}).get("macro") for m in METRICS}
+        rows.append(
+            {
+                "edits": n,
+                **scores,
+                "edits_per_s": n / record["edit_seconds"],
+                "peak_gib": record["peak_memory_bytes"] / 2**30,
+            }
+        )
+    final = {m: results["metrics"][m]["macro"] for m in METRICS}
+    return rows + [{"edits": f"all {results['counts']['cases']}, at the end", **final}]
+
+
+def plot(table: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(METRICS) + 1, figsize=(3.6 * (len(METRICS) + 1), 3.2))
+    for method, rows in table.items():
+        rows = [row for row in rows if isinstance(row["edits"], int)]  # the checkpoints
+        if not rows:
+            continue
+        edits = [row["edits"] for row in rows]
+        for axis, metric in zip(axes, METRICS):
+            axis.plot(edits, [row[metric] for row in rows], marker="o", label=method)
+            axis.set(title=metric, xlabel="edits", ylim=(0, 1.02))
+        axes[-1].plot(edits, [row["edits_per_s"] for row in rows], marker="o", label=method)
+        axes[-1].set(title="edits/s (cumulative)", xlabel="edits", yscale="log")
+    axes[0].legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=(*DEFAULT_METHODS, REFERENCE))
+    parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
+    parser.add_argument("--edits", type=int, default=10000)
+    parser.add_argument("--checkpoints", type=int, nargs="+", default=[1000, 5000, 10000])
+    parser.add_argument("--sample", type=int, default=200, help="cases scored at each checkpoint (eval_sample)")
+    parser.add_argument("--edit-batch-size", type=int, default=None, help="edits per call (default: the config's)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
+    parser.add_argument("--plot", type=Path, default=None, help="write the curves to this PNG")
+    parser.add_argument("--run", help=argparse.SUPPRESS)  # the child process: the method to run
+    parser.add_argument("--stream", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run:
+        return run_one(args)
+    root = args.root or Path(tempfile.mkdtemp(prefix="lifelong_stream_"))
+    root.mkdir(parents=True, exist_ok=True)
+    stream = root / f"toy_stream_{args.edits}.json"
+    if not stream.is_file():
+        write_stream(stream, args.edits)
+    table = {}
+    for method in args.methods:
+        batch = 1 if method == REFERENCE else args.edit_batch_size or config_batch(method)
+        command = [sys.executable, __file__, "--run", method, "--stream", str(stream), "--batch", str(batch)]
+        command += ["--model", args.model, "--root", str(root), "--threads", str(args.threads)]
+        command += ["--sample", str(args.sample), "--checkpoints", *map(str, args.checkpoints)]
+        found = list((root / f"{method}-{batch}").rglob("results.json"))
+        if found:
+            print(f"{method}: reusing {found[0]} (delete it to run again)", file=sys.stderr)
+        else:
+            subprocess.run(command, check=True)
+        (path,) = (root / f"{method}-{batch}").rglob("results.json")
+        results = json.loads(path.read_text())
+        table[method if method == REFERENCE else f"{method} ({batch}/call)"] = rows_of(results)
+    print(f"\n{args.model}, {args.edits} toy edits, {args.sample} sampled cases per checkpoint (runs in {root})\n")
+    print(f"| method | edits | {' | '.join(METRICS)} | edits/s | peak memory (GiB) |")
+    print("|---|---|" + "---|" * (len(METRICS) + 2))
+    for method, rows in table.items():
+        for row in rows:
+            scores = " | ".join(f"{row[m]:.2f}" for m in METRICS)
+            speed = f"{row['edits_per_s']:.1f} | {row['peak_gib']:.2f}" if "edits_per_s" in row else " |"
+            print(f"| {method} | {row['edits']} | {scores} | {speed} |")
+    if args.plot:
+        plot({method: rows[:-1] for method, rows in table.items()}, args.plot)
+        print(f"\ncurves written to {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""UltraEdit (Gu et al., 2025, "UltraEdit: Training-, Subject-, and Memory-Free Lifelong Editing in Large Language
+Models"): a closed-form edit from one gradient, normalised by statistics that follow the stream of edits.
+
+For one editor call (a batch of requests) and each edited weight W, ``y_t = W k_t`` (docs/methods.md#ultraedit):
+
+1. the edit loss (mean NLL of the target tokens, one pass per ``pass_size`` requests) gives at every real token t
+   the key k_t (the weight's input) and g_t = ∂L/∂y_t (:mod:`lightning_edit.editors.gradients`);
+2. **lifelong normalisation**: z_t = [k_t; g_t] is merged into running per-feature statistics of every row of the
+   stream so far (one set per weight shape), then ẑ_t = (z_t − μ) / (σ + ε) = [k̂_t; ĝ_t];
+3. the value shifts are a normalised gradient step, v_t = −η ‖k̂_t‖² ĝ_t (the change of ŷ_t under ΔW = −η ĝ_t k̂_tᵀ);
+4. ΔW = argmin Σ_t ‖ΔW k_t − v_t‖² + λ‖ΔW‖² = Vᵀ K (KᵀK + λI)⁻¹ over the raw keys K (n, d_in), V (n, d_out);
+   every weight's ΔW is computed on the model before the call and written at once.
+
+Nothing of an edit is stored but the statistics (O(d) per weight shape): they reset when the protocol restores the
+weights (after each case under ``single``, each batch under ``batch``, at the end of a ``sequential`` run).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lightning_edit.data.schema import EditRequest
+from lightning_edit.editors.base import EditorModule, require
+from lightning_edit.editors.gradients import encode_edits, inputs_and_output_gradients, target_token_nll
+from lightning_edit.editors.locate import EditSites
+from lightning_edit.editors.mend_network import RunningNorm
+from lightning_edit.models.loading import ModelSource
+from lightning_edit.models.registry import from_linear, resolve_architecture, weight_layout
+
+#: ε of the normalisation: float32's machine epsilon, as the reference code
+NORM_EPS = torch.finfo(torch.float32).eps
+
+
+def value_shifts(keys_hat: Tensor, gradients_hat: Tensor, lr: float) -> Tensor:
+    """V (n, d_out) = −η ‖k̂_t‖² ĝ_t per row, for normalised keys (n, d_in) and output gradients (n, d_out)."""
+    return -lr * keys_hat.square().sum(-1, keepdim=True) * gradients_hat
+
+
+def ridge_update(keys: Tensor, values: Tensor, ridge: float) -> Tensor:
+    """ΔW (d_out, d_in) = Vᵀ K (KᵀK + λI)⁻¹ for keys K (n, d_in) and values V (n, d_out), in float64.
+
+    Solved in the smaller of the two spaces: with n < d_in through ΔW = ((KKᵀ + λI)⁻¹ V)ᵀ K (the same matrix)."""
+    K, V = keys.double(), values.double()
+    n, d_in = K.shape
+    if n < d_in:
+        gram = K @ K.T + ridge * torch.eye(n, dtype=K.dtype, device=K.device)
+        return torch.linalg.solve(gram, V).T @ K
+    gram = K.T @ K + ridge * torch.eye(d_in, dtype=K.dtype, device=K.device)
+    return torch.linalg.solve(gram, K.T @ V).T
+
+
+class UltraEdit(EditorModule):
+    """Training-, subject- and memory-free lifelong editing.
+
+    Args:
+        lm: the causal language model to edit.
+        sites: ``sites.ultraedit_layers`` and ``sites.ultraedit_modules`` (a model preset sets them): the edited
+            projections; by default the MLP output projections of the two layers before the last.
+        lr: η, the step of the value shifts (UltraEdit repo, EasyEdit's Gemma-3 27B config: 1e-6).
+        ridge: λ of the least-squares solve (reference: 1, the identity added to KᵀK).
+        rows: the tokens whose keys and gradients enter: ``all`` real tokens of prompt and target (the reference's
+            ``token: mask``) or the ``target`` tokens only (its ``token: ans``).
+        pass_size: requests per forward and backward pass; the loss of a pass is the mean NLL over its target
+            tokens, so the gradient scale depends on it (reference: 10, its dataset batch size).
+        **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (see EditorModule).
+    """
+
+    def __init__(
+        self,
+        lm: ModelSource,
+        sites: EditSites | None = None,
+        lr: float = 1e-6,
+        ridge: float = 1.0,
+        rows: Literal["all", "target"] = "all",
+        pass_size: int = 10,
+        **kwargs,
+    ):
+        require(lr > 0, "lr", lr, "η, the step of the value shifts, is positive")
+        require(ridge > 0, "ridge", ridge, "λ of the solve is positive (KᵀK alone may be singular)")
+        require(pass_size >= 1, "pass_size", pass_size, "requests per forward and backward pass, at least 1")
+        super().__init__(lm, **kwargs)
+        self.lr, self.ridge, self.rows, self.pass_size = lr, ridge, rows, pass_size
+        arch = resolve_architecture(self.model)
+        sites = sites or EditSites()
+        layers = sites.ultraedit_layers
+        if layers is None:
+            layers = list(range(arch.num_layers))[-3:-1]
+        roles = {"mlp_in": arch.spec.mlp_in, "mlp_out": (arch.spec.mlp_out,)}
+        #: edited module -> its weight's name
+        self.weight_of = {
+            arch.layer_name(template, layer): f"{arch.layer_name(template, layer)}.weight"
+            for layer in layers
+            for role in sites.ultraedit_modules
+            for template in roles[role]
+        }
+        self.layouts = {m: weight_layout(self.model.get_submodule(m)) for m in self.weight_of}
+        self.norms: dict[tuple[int, int], RunningNorm] = {}  # (d_in, d_out) -> statistics of the stream's rows
+
+    def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
+        return list(self.weight_of.values())
+
+    def on_edits_restored(self) -> None:
+        self.norms = {}
+
+    def _rows(self, requests: list[EditRequest]) -> dict[str, tuple[Tensor, Tensor]]:
+        """{module: (keys (n, d_in), gradients (n, d_out))} of the requests' tokens, pass by pass, merged into the
+        running statistics as they come (the reference's order)."""
+        rows: dict[str, list[tuple[Tensor, Tensor]]] = {module: [] for module in self.weight_of}
+        for start in range(0, len(requests), self.pass_size):
+            chunk = requests[start : start + self.pass_size]
+            batch = encode_edits(
+                self.tokenizer, [r.filled_prompt for r in chunk], [r.target_new for r in chunk], self.model.device
+            )
+            n_targets = batch.target_mask[:, 1:].sum()
+
+            def mean_target_nll(logits: Tensor) -> Tensor:
+                return target_token_nll(logits, batch).sum() / n_targets
+
+            pairs = inputs_and_output_gradients(self.model, list(self.weight_of), batch, mean_target_nll)
+            keep = batch.attention_mask.bool() if self.rows == "all" else batch.target_mask
+            for module, (keys, gradients) in pairs.items():
+                keys, gradients = keys[keep].double(), gradients[keep].double()
+                shape = (keys.shape[-1], gradients.shape[-1])
+                if shape not in self.norms:
+                    self.norms[shape] = RunningNorm(sum(shape), eps=NORM_EPS).to(keys.device)
+                self.norms[shape].update(torch.cat([keys, gradients], dim=-1))
+                rows[module].append((keys, gradients))
+        return {module: tuple(torch.cat(part) for part in zip(*pairs)) for module, pairs in rows.items()}
+
+    def apply_edits(self, requests: list[EditRequest]) -> None:
+        """One closed-form shift of every edited weight for the requests, on the weights as they are."""
+        deltas = {}
+        for module, (keys, gradients) in self._rows(requests).items():
+            d_in = keys.shape[-1]
+            normalised = self.norms[(d_in, gradients.shape[-1])](torch.cat([keys, gradients], dim=-1))
+            values = value_shifts(normalised[:, :d_in], normalised[:, d_in:], self.lr)
+            deltas[module] = ridge_update(keys, values, self.ridge)
+        with torch.no_grad():
+            for module, delta in deltas.items():
+                weight = self.model.get_parameter(self.weight_of[module])
+                weight += from_linear(delta, self.layouts[module]).to(weight.dtype)
