@@ -31,7 +31,7 @@ from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import EditSites
-from lightning_edit.models.hooks import Trace
+from lightning_edit.models.hooks import PrefixReuse, Trace
 from lightning_edit.models.loading import ModelLoadError, ModelNotFoundError, ModelSource
 from lightning_edit.models.registry import ModelArchitecture, resolve_architecture
 from lightning_edit.models.tokenization import encode_prompt_target
@@ -245,10 +245,13 @@ class GRACE(EditorModule):
         optimizer = torch.optim.Adam([value], lr=self.edit_lr)
         labels = torch.tensor(target_ids, device=self.model.device)
         adapter.training_value = (index, value)
+        blocks = [self.arch.module(self.arch.spec.blocks, i) for i in range(self.arch.num_layers)]
+        prefix = PrefixReuse(blocks, self.layer)  # the codebook sits in block ``layer``: the blocks below run once
         try:
             with torch.enable_grad():
                 for _ in range(self.n_iter):
-                    logits = self.model(input_ids=ids, use_cache=False).logits[0, last:]
+                    with prefix:
+                        logits = self.model(input_ids=ids, use_cache=False).logits[0, last:]
                     loss = F.cross_entropy(logits.float(), labels)
                     optimizer.zero_grad()
                     loss.backward()

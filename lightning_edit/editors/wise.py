@@ -32,6 +32,7 @@ from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import ContextTemplateCache, EditSites
 from lightning_edit.errors import ConfigError
+from lightning_edit.models.hooks import PrefixReuse
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import resolve_architecture, to_linear, weight_layout
 from lightning_edit.models.tokenization import encode_prompt, encode_prompt_target, pad
@@ -294,10 +295,13 @@ class WISE(EditorModule):
         mask = memory.mask.to(side.dtype)
         previous = None
         memory.training_side = side
+        blocks = [self.arch.module(self.arch.spec.blocks, i) for i in range(self.arch.num_layers)]
+        prefix = PrefixReuse(blocks, self.layer)  # the side memory sits in block ``layer``: the blocks below run once
         try:
             with torch.enable_grad():
                 for _ in range(self.n_iter):
-                    logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits
+                    with prefix:
+                        logits = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits
                     nll = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
                     scores = activation_scores(memory.inputs, side - memory.pristine)
                     margins = margin_loss(scores[inside], scores[outside], self.alpha, self.beta, self.gamma)
