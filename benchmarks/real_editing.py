@@ -44,6 +44,7 @@ METHODS = {
     "GRACE": ("grace", True, []),
     "WISE": ("wise", True, []),
     "RECT": ("rect", True, []),
+    "UltraEdit": ("ultraedit", True, []),
     "PROMPT": ("prompt", False, []),
     "IKE": ("ike", False, []),  # give its pool: --flags --model.in_context.pool <file>
 }
