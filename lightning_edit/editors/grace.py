@@ -57,11 +57,39 @@ def adapter_module(arch: ModelArchitecture, role: Literal["mlp_in", "mlp_out"], 
 
 
 def nearest_entries(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
-    """(index, distance) of the nearest key (Euclidean) for each query: queries (..., d), keys (N, d), N ≥ 1."""
-    flat = queries.reshape(-1, queries.shape[-1]).float()
-    distances = torch.cdist(flat, keys.float(), compute_mode="donot_use_mm_for_euclid_dist")  # (M, N), exact
-    distance, index = distances.min(dim=-1)
+    """(index, distance) of the nearest key (Euclidean) for each query: queries (..., d), keys (N, d), N ≥ 1.
+
+    The distance is ``torch.cdist``'s exact (difference-based) float32 one and ties go to the lowest index, as
+    ``cdist(...).min()`` over all keys gives them; only the keys that can be nearest are measured that way. A matrix
+    product screens them: its squared distances ‖q‖² + ‖k‖² − 2 q·k and the exact ones are each within
+    :func:`screen_slack` of the true ones, so every key within twice that of the least screened value is a candidate,
+    and the nearest is among them.
+    """
+    flat, keys = queries.reshape(-1, queries.shape[-1]).float(), keys.float()
+    query_norms, key_norms = flat.square().sum(-1, keepdim=True), keys.square().sum(-1)
+    screened = query_norms + key_norms - 2 * flat @ keys.T  # (M, N) squared distances, rounded
+    slack = screen_slack(flat.shape[-1], query_norms + key_norms.max())
+    rows, cols = (screened <= screened.min(dim=-1, keepdim=True).values + 2 * slack).nonzero(as_tuple=True)
+    exact = torch.cdist(
+        flat[rows].unsqueeze(1), keys[cols].unsqueeze(1), compute_mode="donot_use_mm_for_euclid_dist"
+    ).reshape(-1)  # the candidates' distances, bit for bit those of cdist over every key
+    distance = exact.new_full((flat.shape[0],), float("inf")).scatter_reduce(0, rows, exact, "amin")
+    nearest = exact == distance[rows]
+    index = cols.new_full((flat.shape[0],), keys.shape[0]).scatter_reduce(0, rows[nearest], cols[nearest], "amin")
     return index.reshape(queries.shape[:-1]), distance.reshape(queries.shape[:-1])
+
+
+def screen_slack(d: int, norms: Tensor) -> Tensor:
+    """A bound on the float32 rounding of a squared distance of d-vectors with ‖q‖² + ‖k‖² ≤ ``norms``, by the
+    expansion or by differences: (d + 2) u per dot product (Higham's γ_d, unit roundoff u = 2⁻²⁴), at most
+    4 (d + 2) u (‖q‖² + ‖k‖²) in all."""
+    return 4 * (d + 2) * 2.0**-24 * norms
+
+
+def lookup(queries: Tensor, keys: Tensor, radii: Tensor) -> tuple[Tensor, Tensor]:
+    """(index of the nearest entry, whether the query lies within its radius) per query (paper eq. 2)."""
+    index, distance = nearest_entries(queries, keys)
+    return index, distance <= radii[index]
 
 
 def grace_output(queries: Tensor, outputs: Tensor, keys: Tensor, values: Tensor, radii: Tensor) -> Tensor:
@@ -69,8 +97,7 @@ def grace_output(queries: Tensor, outputs: Tensor, keys: Tensor, values: Tensor,
     module's own output (returned unchanged, bit-identically). queries (B, L, d_in), outputs (B, L, d_out)."""
     if keys.shape[0] == 0:
         return outputs
-    index, distance = nearest_entries(queries, keys)  # (B, L)
-    hit = distance <= radii[index]
+    index, hit = lookup(queries, keys, radii)
     if not hit.any():
         return outputs
     return torch.where(hit.unsqueeze(-1), values[index].to(outputs.dtype), outputs)
@@ -103,7 +130,9 @@ class GraceAdapter(Adapter):
     """The codebook (buffers ``keys`` (N, d_in), ``values`` (N, d_out), ``radii`` (N,), float32) and the labels.
 
     :meth:`hook` is registered as a forward hook of the wrapped module. While a value trains, ``training_value``
-    ``(index, tensor)`` replaces that entry's value in the forward (the gradient reaches the tensor only).
+    ``(index, tensor)`` replaces that entry's value in the forward (the gradient reaches the tensor only), and the
+    first training forward's lookup (``training_lookup``) serves every step: the queries, the module's inputs, lie
+    below its output in the layer, so the trained value never changes them.
     """
 
     def __init__(self, d_in: int, d_out: int, device: torch.device):
@@ -113,16 +142,20 @@ class GraceAdapter(Adapter):
         self.register_buffer("radii", torch.zeros(0, device=device))
         self.labels: list[str] = []
         self.training_value: tuple[int, Tensor] | None = None
+        self.training_lookup: tuple[Tensor, Tensor] | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def hook(self, module: nn.Module, args: tuple, output: Tensor) -> Tensor:
-        values = self.values
-        if self.training_value is not None:
-            index, value = self.training_value
-            values = torch.cat([values[:index], value.unsqueeze(0), values[index + 1 :]])
-        return grace_output(args[0], output, self.keys, values, self.radii)
+        if self.training_value is None:
+            return grace_output(args[0], output, self.keys, self.values, self.radii)
+        if self.training_lookup is None:  # the first forward of the training: its lookup holds for every step
+            self.training_lookup = lookup(args[0], self.keys, self.radii)
+        index, hit = self.training_lookup
+        trained, value = self.training_value
+        values = torch.where((index == trained).unsqueeze(-1), value, self.values[index])
+        return torch.where(hit.unsqueeze(-1), values.to(output.dtype), output)
 
     def load(self, buffers: dict[str, Tensor], labels: list[str]) -> None:
         """Replace the codebook by ``buffers`` (keys, values, radii) and ``labels``."""
@@ -257,7 +290,7 @@ class GRACE(EditorModule):
                     loss.backward()
                     optimizer.step()
         finally:
-            adapter.training_value = None
+            adapter.training_value = adapter.training_lookup = None
         adapter.values[index] = value.detach()
 
     def _update_codebook(self, adapter: GraceAdapter, query: Tensor, current: Tensor, label: str) -> int:

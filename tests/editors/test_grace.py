@@ -34,6 +34,19 @@ def test_nearest_entries_is_the_euclidean_argmin():
     torch.testing.assert_close(distance, brute.min(-1).values)
 
 
+def test_nearest_entries_screens_to_the_exact_cdist_argmin_with_ties_and_near_ties():
+    generator = torch.Generator().manual_seed(1)
+    for d, scale in [(5, 1e-2), (64, 1.0), (512, 1e3)]:
+        keys = torch.randn(300, d, generator=generator) * scale
+        queries = torch.randn(40, d, generator=generator) * scale
+        keys[1] = keys[0]  # a tie: the lower index wins
+        queries[0], queries[1] = keys[1], keys[3] + 1e-6 * scale * torch.randn(d, generator=generator)
+        queries[2] = (keys[0] + keys[2]) / 2  # halfway between two keys
+        distance, index = torch.cdist(queries, keys, compute_mode="donot_use_mm_for_euclid_dist").min(-1)
+        assert all(map(torch.equal, nearest_entries(queries, keys), (index, distance)))  # bit for bit
+        assert index[0] == 0 and distance[0] == 0
+
+
 def test_grace_output_defers_outside_every_radius_and_replaces_within():
     keys = torch.tensor([[0.0, 0.0], [10.0, 0.0]])
     values = torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
