@@ -78,6 +78,8 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
     edits_weights: bool = True
     #: True for editors that read keys at the subject's tokens (locate-then-edit): see :meth:`cannot_edit`.
     locates_subject: bool = False
+    #: True for editors that edit a model sharded by ``ModelParallelStrategy`` (docs/sharding.md); others refuse it.
+    shardable: bool = False
 
     def __init__(
         self,

@@ -11,7 +11,6 @@ For a batch of n requests (docs/methods.md#memit):
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from lightning_edit.data.schema import EditRequest
@@ -32,6 +31,7 @@ from lightning_edit.editors.target_vector import TargetOptimization, optimize_ta
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
 from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
+from lightning_edit.models.sharding import add_to_weight, full
 from lightning_edit.stats.config import KeyStatistics
 
 
@@ -51,6 +51,7 @@ class MEMIT(EditorModule):
     """
 
     locates_subject = True  # keys are read at the subject (fact_token)
+    shardable = True  # its weights are read whole and written shard-wise (docs/sharding.md)
 
     def __init__(
         self,
@@ -114,9 +115,8 @@ class MEMIT(EditorModule):
         def write(owner: int, layer: int, update: LowRankUpdate) -> None:
             module = self.arch.module(self.arch.spec.mlp_out, layer)
             layout = self.arch.weight_layout(module)
-            delta = self.written_update(update.matrix(), to_linear(module.weight, layout))  # (d_out, d_in)
-            with torch.no_grad():
-                module.weight += from_linear(delta.to(module.weight.dtype), layout)
+            delta = self.written_update(update.matrix(), to_linear(full(module.weight), layout))  # (d_out, d_in)
+            add_to_weight(module, from_linear(delta.to(module.weight.dtype), layout))
 
         templates = self.spread(requests, None, write)
         self.after_batch(requests, templates)

@@ -36,6 +36,10 @@ its own copy of the model for its own batches; under ``sequential`` every proces
 deterministic computation) and then takes the weights of process 0, so all hold one edited model, and scores its
 own batches (the parameters the undo restores and any state the edits added are taken from process 0). A case the
 distributed sampler repeats is counted once.
+
+Under ``ModelParallelStrategy`` the processes of one machine share one model, sharded (:meth:`configure_model`,
+docs/sharding.md): they see the same batches and make every edit together, and each scores its share of a batch's
+cases (:meth:`ProtocolRunner.scored_here`), its forwards kept in step with the others' (``Lockstep``).
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContextPrompts
 from lightning_edit.errors import ConfigError, Interrupted, stop_requested
 from lightning_edit.evaluation import Answers, CaseScorer
+from lightning_edit.models.registry import resolve_architecture
+from lightning_edit.models.sharding import Lockstep, broadcast_shards, is_sharded, shard_model
 from lightning_edit.models.tokenization import encode_prompt_targets
 
 if TYPE_CHECKING:
@@ -125,10 +131,47 @@ class ProtocolRunner(LightningModule):
         for case, field, reason in self._scorer().check(cases, contexts, limit):
             raise case_error(case, field, reason)
 
+    def configure_model(self) -> None:
+        """Under ``ModelParallelStrategy``, shard the model over the processes of its ``tensor_parallel`` mesh
+        dimension (one machine's, by default): an editor that cannot edit a sharded model says so first."""
+        if self._device_mesh is None or is_sharded(self.model):
+            return
+        if not self.shardable:
+            raise ConfigError(
+                f"{type(self).__name__} does not edit a sharded model (trainer.strategy ModelParallelStrategy): run it "
+                "on one process or with strategy ddp (the editors that run sharded: docs/sharding.md)"
+            )
+        if self.trainer.state.fn == "fit":
+            raise ConfigError(
+                "fit exports the whole edited model, which a sharded run does not gather: run fit on one process or "
+                "with strategy ddp (validate and test run sharded)"
+            )
+        arch = resolve_architecture(self.model)
+        blocks = [arch.module(arch.spec.blocks, i) for i in range(arch.num_layers)]
+        shard_model(self.model, blocks, self._device_mesh["tensor_parallel"])
+
+    @property
+    def shard_mesh(self):
+        """The processes that share this model's shards (None when it is not sharded)."""
+        return self._device_mesh["tensor_parallel"] if self._device_mesh is not None else None
+
+    def lockstep(self) -> Lockstep:
+        """The block's forwards kept in step with the other processes' of a sharded model (inert otherwise)."""
+        return Lockstep(self.model, self.shard_mesh)
+
+    def scored_here(self, cases: list[EditCase]) -> list[EditCase]:
+        """The cases this process scores: all of them, or, on a sharded model, every n-th of the n processes that
+        share it (each edits them all)."""
+        mesh = self.shard_mesh
+        if mesh is None or mesh.size() == 1:
+            return cases
+        return cases[mesh.get_local_rank() :: mesh.size()]
+
     def _prepare(self) -> None:
         """:meth:`prepare_statistics`; with several processes, each first caches its share of the statistics pass and,
-        once all have, merges the shards instead of running the whole pass (a cache shared by the processes)."""
-        if self.trainer.world_size > 1:
+        once all have, merges the shards instead of running the whole pass (a cache shared by the processes). The
+        processes of a sharded model run the whole pass together."""
+        if self.trainer.world_size > 1 and self.shard_mesh is None:
             self.compute_statistics_shard(self.trainer.global_rank, self.trainer.world_size)
             self.trainer.strategy.barrier("key statistics")
         self.prepare_statistics()
@@ -218,7 +261,10 @@ class ProtocolRunner(LightningModule):
         any state added since ``before`` (the model's state names then); a no-op on one process."""
         if self.trainer.world_size > 1:
             state = self.model.state_dict(keep_vars=True)
-            for name in sorted(set(undo.names) | (set(state) - before)):
+            names = sorted(set(undo.names) | (set(state) - before))
+            if self.shard_mesh is not None:  # each shard from its replica on the first machine
+                return broadcast_shards([state[name] for name in names], self._device_mesh["data_parallel"])
+            for name in names:
                 state[name].data.copy_(self.trainer.strategy.broadcast(state[name].data, src=0))
 
     def _apply_sequentially(self, cases: list[EditCase], local: list[EditCase]) -> None:
@@ -226,10 +272,12 @@ class ProtocolRunner(LightningModule):
 
         ``local`` are the cases this process scores; every process applies all of ``cases``.
         """
-        scorer = self._scorer()
-        reference = scorer.reference(local)
+        scorer, local = self._scorer(), self.scored_here(local)
         answers: Answers = {}
-        self._update_metrics(scorer.score_unedited(local, reference, self.scoring.pre_edit, answers), answers=answers)
+        with self.lockstep():
+            reference = scorer.reference(local)
+            scores = scorer.score_unedited(local, reference, self.scoring.pre_edit, answers)
+        self._update_metrics(scores, answers=answers)
         before = set(self.model.state_dict())
         undo = self.prepare_undo(self._requests(cases))
         self._sequential = (undo, reference)
@@ -246,7 +294,8 @@ class ProtocolRunner(LightningModule):
                     scored = set(checkpoint_sample(n, self.eval_sample, len(cases)))
                     prefix = [case for case in local if positions[case.case_id] in scored]
                     answers = {}
-                    scores = scorer.score(prefix, reference, self._contexts, answers=answers)
+                    with self.lockstep():
+                        scores = scorer.score(prefix, reference, self._contexts, answers=answers)
                     self._update_metrics(scores, f"@{n}", answers)
                     scoring_seconds = time.perf_counter() - start - edit_seconds
             previous = applied
@@ -323,32 +372,38 @@ class ProtocolRunner(LightningModule):
         batch = self._editable(batch)
         if not batch:
             return
-        scorer = self._scorer()
+        scorer, mine = self._scorer(), self.scored_here(batch)  # every case edited, ``mine`` scored here
+        here = {case.case_id for case in mine}
+        answers: Answers = {}
         if self._sequential is not None:
-            answers: Answers = {}
-            self._update_metrics(scorer.score(batch, self._sequential[1], self._contexts, answers=answers), "", answers)
+            with self.lockstep():
+                scores = scorer.score(mine, self._sequential[1], self._contexts, answers=answers)
+            self._update_metrics(scores, "", answers)
             return
-        reference = scorer.reference(batch)
-        answers = {}
-        self._update_metrics(scorer.score_unedited(batch, reference, self.scoring.pre_edit, answers), "", answers)
+        with self.lockstep():
+            reference = scorer.reference(mine)
+            scores = scorer.score_unedited(mine, reference, self.scoring.pre_edit, answers)
+        self._update_metrics(scores, "", answers)
         chained = any(len(case.editor_calls) > 1 for case in batch)  # low-rank edits of the unedited model cannot chain
         if self.protocol == "single" and self.edits_weights and self.batched_single and not chained:
             rows = self.low_rank_edits([case.requests for case in batch])
             if rows is not None:
-                with rows:
+                answers = {}
+                with self.lockstep(), rows:
                     owners = {case.case_id: owner for owner, case in enumerate(batch)}
-                    answers = {}
-                    scores = scorer.score(batch, reference, self._contexts, owners, answers=answers)
-                    self._update_metrics(scores, "", answers)
+                    scores = scorer.score(mine, reference, self._contexts, owners, answers=answers)
+                self._update_metrics(scores, "", answers)
                 return
         if self.protocol == "single" and self.edits_weights:
             edit_groups = [[case] for case in batch]
         else:
             edit_groups = [batch]
         for cases in edit_groups:
-            with self.edits_applied(self._requests(cases), self._editor_calls(cases)):
-                answers = {}
-                scores = scorer.score(cases, reference, self._contexts, answers=answers)
+            answers = {}
+            # every process's scoring forwards end (lockstep) before any undoes its shard of the edit
+            with self.edits_applied(self._requests(cases), self._editor_calls(cases)), self.lockstep():
+                scored = [case for case in cases if case.case_id in here]
+                scores = scorer.score(scored, reference, self._contexts, answers=answers)
             self._update_metrics(scores, "", answers)
 
     def _stop_if_requested(self, batch_idx: int) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -38,6 +38,7 @@ from lightning_edit.editors.locate import (
 )
 from lightning_edit.models.hooks import PrefixReuse, Trace
 from lightning_edit.models.registry import ModelArchitecture, resolve_architecture
+from lightning_edit.models.sharding import is_sharded
 from lightning_edit.models.tokenization import encode_prompt_target, pad
 
 
@@ -245,6 +246,10 @@ def optimize_target_vectors(
     loss_layer = arch.num_layers - 1 if config.v_loss_layer is None else config.v_loss_layer
     if not layer <= loss_layer < arch.num_layers:
         raise ValueError(f"v_loss_layer={loss_layer} must lie in [{layer}, {arch.num_layers})")
+    if is_sharded(model):  # a sharded forward runs whole on every process (docs/sharding.md): the reference path
+        if loss_layer != arch.num_layers - 1:
+            raise ValueError(f"v_loss_layer={loss_layer} reads the logits of an inner layer: not on a sharded model")
+        config = replace(config, full_forward=True)
     flags = [p.requires_grad for p in model.parameters()]
     training = model.training
     model.requires_grad_(False)

@@ -68,6 +68,7 @@ def generate(
                         input_ids=input_ids.to(model.device),
                         attention_mask=attention_mask.to(model.device),
                         max_new_tokens=budget,
+                        synced_gpus=False,  # a sharded model's processes keep in step themselves (models.sharding)
                         **options,
                     )
                 for i, row in zip(chunk, output[:, input_ids.shape[1] :]):

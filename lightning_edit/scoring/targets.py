@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.models.registry import ARCHITECTURES
 from lightning_edit.models.row_updates import routed
+from lightning_edit.models.sharding import is_sharded
 from lightning_edit.models.tokenization import PaddingSide, encode_prompt_targets, pad
 
 
@@ -64,7 +65,7 @@ def logits_at(
 
     For the families of the registry the unembedding is applied only at those positions (the decoder's normed
     output there times the output embedding, as their ``forward`` computes it for every position); other models
-    give their full logits, indexed.
+    give their full logits, indexed, as does a sharded model (docs/sharding.md).
     """
     input_ids, attention_mask, position_ids = pad(sequences, tokenizer.pad_token_id, padding_side)
     inputs = dict(
@@ -74,8 +75,8 @@ def logits_at(
         use_cache=False,
     )
     index = (torch.tensor(rows, device=model.device), torch.tensor(positions, device=model.device))
-    if getattr(getattr(model, "config", None), "model_type", None) not in ARCHITECTURES:
-        return model(**inputs).logits[index]
+    if getattr(getattr(model, "config", None), "model_type", None) not in ARCHITECTURES or is_sharded(model):
+        return model(**inputs).logits[index]  # a sharded model runs whole: its forward gathers the weights
     hidden = model.base_model(**inputs).last_hidden_state  # (B, L, d) after the final norm
     return model.get_output_embeddings()(hidden[index])
 

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from lightning_edit.models.registry import resolve_architecture
+from lightning_edit.models.sharding import full
 
 SAMPLE_SIZE = 4096
 _VOLATILE_CONFIG_KEYS = {
@@ -58,7 +59,7 @@ def sample_index(numel: int) -> torch.Tensor:
 
 def tensor_digest(tensor: torch.Tensor) -> str:
     """sha256 of a tensor's shape, dtype, strided sample and exact bit-pattern sum (see module docstring)."""
-    flat = tensor.detach().contiguous().reshape(-1)
+    flat = full(tensor.detach()).contiguous().reshape(-1)  # a sharded tensor whole: the fingerprint of its values
     bits = flat.view(_BIT_VIEW[flat.element_size()]) if flat.numel() else flat.new_zeros(0, dtype=torch.int8)
     bit_sum = int(bits.sum(dtype=torch.int64).item())
     sample = bits[sample_index(bits.numel()).to(bits.device)].cpu().numpy().tobytes()

@@ -1,0 +1,145 @@
+"""Validate with the model sharded over 2 CPU processes (``ModelParallelStrategy``, FSDP2, gloo) gives the numbers
+of 1 process, and every editor either runs sharded or refuses with one line."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_edit.cli import build_cli
+from lightning_edit.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = sorted((ROOT / "configs/methods").glob("*.yaml"))
+SHARDED = "--trainer.strategy.class_path=ModelParallelStrategy"  # docs/sharding.md
+#: the method configs whose editor runs sharded (the others refuse)
+SHARDABLE = {"rome", "memit", "alphaedit", "rect", "no_edit", "ike", "prompt"}
+#: toy values of the AlphaEdit row (benchmarks/toy_runs.py)
+ALPHAEDIT = ["--model.nullspace_threshold=0.5", "--model.l2=1"]
+
+
+@pytest.fixture(autouse=True)
+def _argv(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "argv", ["lightning-edit"])
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_stats(tmp_path_factory) -> Path:
+    """One key statistics cache for the module's runs: a sharded run reads what an unsharded one wrote (the model
+    fingerprint reads each weight whole)."""
+    return tmp_path_factory.mktemp("stats")
+
+
+def arguments(method: str, directory: Path, stats: Path | None, flags: list[str]) -> list[str]:
+    """A toy run: ``method`` on the toy GPT-2 over 5 toy CounterFact cases in batches of 4 (the second batch has
+    one case: the other process scores none of it)."""
+    return [
+        f"--config={ROOT / 'configs/methods' / method}.yaml",
+        f"--config={ROOT / 'configs/models/toy-gpt2.yaml'}",
+        f"--config={ROOT / 'configs/benchmarks/counterfact.yaml'}",
+        "--data.path=builtin:data/toy/counterfact.json",
+        "--data.limit=5",
+        "--data.batch_size=4",
+        *([f"--model.stats.cache_dir={stats}"] if stats else []),
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        f"--trainer.default_root_dir={directory}",
+        *flags,
+    ]
+
+
+def outputs(directory: Path) -> tuple[dict, list[dict]]:
+    results = json.loads((directory / "results.json").read_text())
+    return results, [json.loads(line) for line in (directory / "cases.jsonl").read_text().splitlines()]
+
+
+def sharded_run(arguments: list[str]) -> subprocess.CompletedProcess:
+    """``lightning-edit validate`` on 2 processes sharing one sharded model (its launcher starts the second)."""
+    command = [sys.executable, "-m", "lightning_edit", "validate", *arguments]
+    command += ["--trainer.devices=2", "--trainer.accelerator=cpu", SHARDED]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
+
+
+@pytest.mark.parametrize(
+    ("method", "flags"),
+    [
+        ("rome", ["--model.protocol=single", "--data.generated_answers=bare", "--model.scoring.pre_edit=true"]),
+        ("rome", ["--model.protocol=sequential", "--model.eval_at=[3]"]),
+        ("memit", ["--model.protocol=single", "--model.batched_single=false"]),  # written, scored, undone per case
+        ("memit", ["--model.protocol=sequential", "--model.edit_batch_size=2", "--data.generated_answers=bare"]),
+        ("alphaedit", ["--model.protocol=single", *ALPHAEDIT]),
+        ("alphaedit", ["--model.protocol=sequential", "--model.eval_at=[2]", *ALPHAEDIT]),
+        ("rect", ["--model.protocol=single"]),
+        ("no_edit", []),
+    ],
+    ids=["rome-single", "rome-sequential", "memit-single", "memit-sequential", "alphaedit-single",
+         "alphaedit-sequential", "rect-single", "no_edit"],
+)  # fmt: skip
+def test_two_sharded_processes_equal_one(tmp_path, shared_stats, method, flags):
+    stats = shared_stats if method != "no_edit" else None  # the unedited model reads no key statistics
+    own_pass = method == "memit" and "--model.protocol=sequential" in flags  # a statistics pass run sharded
+    build_cli(["validate", *arguments(method, tmp_path / "one", stats, flags)])
+    two = sharded_run(arguments(method, tmp_path / "two", tmp_path / "stats-two" if own_pass else stats, flags))
+    assert two.returncode == 0, two.stderr[-3000:]
+    (one, one_cases), (sharded, sharded_cases) = outputs(tmp_path / "one"), outputs(tmp_path / "two")
+    if own_pass:  # the processes ran the statistics pass together, into a cache of their own
+        assert len(list((tmp_path / "stats-two").rglob("*.safetensors"))) == 3  # MEMIT's 3 toy layers
+
+    assert one["metrics"].keys() == sharded["metrics"].keys()
+    for name, result in one["metrics"].items():
+        assert (sharded["metrics"][name]["n_cases"], sharded["metrics"][name]["n_prompts"]) == (
+            result["n_cases"],
+            result["n_prompts"],
+        )
+        for aggregation in ("macro", "micro"):
+            assert sharded["metrics"][name][aggregation] == pytest.approx(result[aggregation], abs=1e-6), name
+    assert one["counts"] == sharded["counts"]
+    assert [case["case_id"] for case in one_cases] == [case["case_id"] for case in sharded_cases] == list(range(5))
+    for mine, theirs in zip(one_cases, sharded_cases):
+        assert mine["scores"] == pytest.approx(theirs["scores"], abs=1e-6)  # float32 rounding (equal on our runs)
+        assert mine.get("answers") == theirs.get("answers")
+
+
+def editor_of(method: Path, capsys):
+    """The editor of a method config composed with the toy GPT-2 preset, instantiated as LightningCLI does."""
+    from jsonargparse import ArgumentParser
+    from lightning import LightningModule
+
+    flags = ["--model.in_context.pool=builtin:data/toy/counterfact.json"] if method.stem == "ike" else []  # required
+    with pytest.raises(SystemExit):
+        build_cli(["validate", f"--config={method}", f"--config={ROOT / 'configs/models/toy-gpt2.yaml'}", *flags,
+                   "--print_config"])  # fmt: skip
+    config = yaml.safe_load(capsys.readouterr().out)["model"]
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(LightningModule, "model")
+    return parser.instantiate_classes(parser.parse_object({"model": config})).model
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda path: path.stem)
+def test_every_editor_runs_sharded_or_refuses_in_one_line(method, capsys):
+    editor = editor_of(method, capsys)
+    assert editor.shardable == (method.stem in SHARDABLE)
+    if not editor.shardable:
+        editor._device_mesh = {"tensor_parallel": None}  # what ModelParallelStrategy sets before configure_model
+        with pytest.raises(ConfigError, match=f"^{type(editor).__name__} does not edit a sharded model") as error:
+            editor.configure_model()
+        assert "\n" not in str(error.value)
+
+
+def test_a_refusal_reaches_the_user_as_one_line_before_any_edit(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "lightning_edit", "validate",
+         *arguments("grace", tmp_path / "run", None, []),
+         "--trainer.devices=1", "--trainer.accelerator=cpu", SHARDED],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("lightning-edit: error: GRACE does not edit a sharded model")
+    assert not (tmp_path / "run" / "results.json").exists()
