@@ -48,7 +48,9 @@ def worker(rank: int, port: int, directory: str) -> None:
         assert torch.equal(full(c_proj.weight), whole.get_parameter(name))
 
         outputs = []
-        with torch.no_grad(), Lockstep(model, init_device_mesh("cpu", (WORLD,))):
+        with torch.no_grad(), Lockstep(model, init_device_mesh("cpu", (WORLD,))) as lockstep:
+            # its vote runs before FSDP's pre-forward hook (the gathers): else a voting process meets a gathering one
+            assert next(iter(model._forward_pre_hooks.values())) == lockstep._pre_forward
             for ids in INPUTS[rank]:
                 outputs.append(model(input_ids=torch.tensor([ids])).logits)
         for ids, logits in zip(INPUTS[rank], outputs):
