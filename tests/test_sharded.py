@@ -77,12 +77,13 @@ def sharded_run(arguments: list[str]) -> subprocess.CompletedProcess:
         ("alphaedit", ["--model.protocol=sequential", "--model.eval_at=[2]", *ALPHAEDIT]),
         ("rect", ["--model.protocol=single"]),
         ("no_edit", []),
+        ("prompt", []),  # IKE with no demonstrations: in-context text, no weight edit
     ],
     ids=["rome-single", "rome-sequential", "memit-single", "memit-sequential", "alphaedit-single",
-         "alphaedit-sequential", "rect-single", "no_edit"],
+         "alphaedit-sequential", "rect-single", "no_edit", "prompt"],
 )  # fmt: skip
 def test_two_sharded_processes_equal_one(tmp_path, shared_stats, method, flags):
-    stats = shared_stats if method != "no_edit" else None  # the unedited model reads no key statistics
+    stats = shared_stats if method not in ("no_edit", "prompt") else None  # they read no key statistics
     own_pass = method == "memit" and "--model.protocol=sequential" in flags  # a statistics pass run sharded
     build_cli(["validate", *arguments(method, tmp_path / "one", stats, flags)])
     two = sharded_run(arguments(method, tmp_path / "two", tmp_path / "stats-two" if own_pass else stats, flags))

@@ -61,15 +61,15 @@ def nearest_entries(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
 
     The distance is ``torch.cdist``'s exact (difference-based) float32 one and ties go to the lowest index, as
     ``cdist(...).min()`` over all keys gives them; only the keys that can be nearest are measured that way. A matrix
-    product screens them: its squared distances ‖q‖² + ‖k‖² − 2 q·k and the exact ones are each within
-    :func:`screen_slack` of the true ones, so every key within twice that of the least screened value is a candidate,
-    and the nearest is among them.
+    product screens them: its squared distances ‖q‖² + ‖k‖² − 2 q·k and the exact ones are each within s =
+    :func:`screen_slack` of the true ones, so the exact nearest key's true distance is within 2s of any other key's,
+    and its screened one within 4s of the least screened value: every key that close is a candidate.
     """
     flat, keys = queries.reshape(-1, queries.shape[-1]).float(), keys.float()
     query_norms, key_norms = flat.square().sum(-1, keepdim=True), keys.square().sum(-1)
     screened = query_norms + key_norms - 2 * flat @ keys.T  # (M, N) squared distances, rounded
     slack = screen_slack(flat.shape[-1], query_norms + key_norms.max())
-    rows, cols = (screened <= screened.min(dim=-1, keepdim=True).values + 2 * slack).nonzero(as_tuple=True)
+    rows, cols = (screened <= screened.min(dim=-1, keepdim=True).values + 4 * slack).nonzero(as_tuple=True)
     exact = torch.cdist(
         flat[rows].unsqueeze(1), keys[cols].unsqueeze(1), compute_mode="donot_use_mm_for_euclid_dist"
     ).reshape(-1)  # the candidates' distances, bit for bit those of cdist over every key
