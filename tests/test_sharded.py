@@ -1,5 +1,6 @@
-"""Validate with the model sharded over 2 CPU processes (``ModelParallelStrategy``, FSDP2, gloo) gives the numbers
-of 1 process, and every editor either runs sharded or refuses with one line."""
+"""Validate with the model sharded over 2 CPU processes (``ModelParallelStrategy``, FSDP2, gloo), or spread by a
+device map with its blocks offloaded to disk, gives the numbers of the model on one device; every editor either runs
+so or refuses with one line."""
 
 import json
 import os
@@ -16,10 +17,15 @@ from lightning_edit.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = sorted((ROOT / "configs/methods").glob("*.yaml"))
 SHARDED = "--trainer.strategy.class_path=ModelParallelStrategy"  # docs/sharding.md
-#: the method configs whose editor runs sharded (the others refuse)
-SHARDABLE = {"rome", "memit", "alphaedit", "rect", "no_edit", "ike", "prompt"}
+#: the method configs whose editor runs sharded or spread by a device map (the others refuse)
+SPLITTABLE = {"rome", "memit", "alphaedit", "rect", "no_edit", "ike", "prompt"}
 #: toy values of the AlphaEdit row (benchmarks/toy_runs.py)
 ALPHAEDIT = ["--model.nullspace_threshold=0.5", "--model.l2=1"]
+#: the toy GPT-2's blocks offloaded to disk, read in place from its safetensors (docs/sharding.md#device-map)
+DISK = {f"transformer.h.{i}": "disk" for i in range(4)}
+DEVICE_MAP = "--model.lm.device_map=" + json.dumps(
+    {"transformer.wte": "cpu", "transformer.wpe": "cpu", **DISK, "transformer.ln_f": "cpu", "lm_head": "cpu"}
+)
 
 
 @pytest.fixture(autouse=True)
@@ -83,15 +89,20 @@ def sharded_run(arguments: list[str]) -> subprocess.CompletedProcess:
          "alphaedit-sequential", "rect-single", "no_edit", "prompt"],
 )  # fmt: skip
 def test_two_sharded_processes_equal_one(tmp_path, shared_stats, method, flags):
+    one, two = tmp_path / "one", tmp_path / "two"
     stats = shared_stats if method not in ("no_edit", "prompt") else None  # they read no key statistics
     own_pass = method == "memit" and "--model.protocol=sequential" in flags  # a statistics pass run sharded
-    build_cli(["validate", *arguments(method, tmp_path / "one", stats, flags)])
-    two = sharded_run(arguments(method, tmp_path / "two", tmp_path / "stats-two" if own_pass else stats, flags))
-    assert two.returncode == 0, two.stderr[-3000:]
-    (one, one_cases), (sharded, sharded_cases) = outputs(tmp_path / "one"), outputs(tmp_path / "two")
+    build_cli(["validate", *arguments(method, one, stats, flags)])
+    run = sharded_run(arguments(method, two, tmp_path / "stats-two" if own_pass else stats, flags))
+    assert run.returncode == 0, run.stderr[-3000:]
     if own_pass:  # the processes ran the statistics pass together, into a cache of their own
         assert len(list((tmp_path / "stats-two").rglob("*.safetensors"))) == 3  # MEMIT's 3 toy layers
+    assert_same_outputs(one, two)
 
+
+def assert_same_outputs(first: Path, second: Path) -> None:
+    """The same results.json metrics and cases.jsonl, within float32 rounding (equal on our runs)."""
+    (one, one_cases), (sharded, sharded_cases) = outputs(first), outputs(second)
     assert one["metrics"].keys() == sharded["metrics"].keys()
     for name, result in one["metrics"].items():
         assert (sharded["metrics"][name]["n_cases"], sharded["metrics"][name]["n_prompts"]) == (
@@ -107,12 +118,37 @@ def test_two_sharded_processes_equal_one(tmp_path, shared_stats, method, flags):
         assert mine.get("answers") == theirs.get("answers")
 
 
-def editor_of(method: Path, capsys):
+@pytest.mark.parametrize(
+    ("method", "flags"),
+    [
+        ("rome", ["--model.protocol=single", "--data.generated_answers=bare", "--model.scoring.pre_edit=true"]),
+        ("rome", ["--model.protocol=single", "--model.batched_single=false"]),  # written, scored, undone per case
+        ("memit", ["--model.protocol=sequential", "--model.edit_batch_size=2", "--model.eval_at=[3]"]),
+        ("alphaedit", ["--model.protocol=sequential", "--model.eval_at=[2]", *ALPHAEDIT]),
+    ],
+    ids=["rome-single", "rome-reference", "memit-sequential", "alphaedit-sequential"],
+)
+def test_a_device_map_with_blocks_on_disk_gives_the_numbers_of_one_device(tmp_path, shared_stats, method, flags):
+    own_pass = method == "memit"  # a statistics pass run through the offloaded blocks, into a cache of its own
+    build_cli(["validate", *arguments(method, tmp_path / "one", shared_stats, flags)])
+    spread = arguments(method, tmp_path / "spread", tmp_path / "stats-spread" if own_pass else shared_stats, flags)
+    build_cli(["validate", *spread, DEVICE_MAP])
+    assert_same_outputs(tmp_path / "one", tmp_path / "spread")
+    if own_pass:  # the same statistics, bit for bit, under the same fingerprints (read from the offloaded values)
+        cache = tmp_path / "stats-spread"
+        own = sorted(path.relative_to(cache) for path in cache.rglob("*.safetensors"))
+        assert len(own) == 3  # MEMIT's 3 toy layers
+        for path in own:
+            assert (shared_stats / path).read_bytes() == (cache / path).read_bytes()
+
+
+def editor_of(method: Path, capsys, *flags: str):
     """The editor of a method config composed with the toy GPT-2 preset, instantiated as LightningCLI does."""
     from jsonargparse import ArgumentParser
     from lightning import LightningModule
 
-    flags = ["--model.in_context.pool=builtin:data/toy/counterfact.json"] if method.stem == "ike" else []  # required
+    if method.stem == "ike":
+        flags = (*flags, "--model.in_context.pool=builtin:data/toy/counterfact.json")  # required
     with pytest.raises(SystemExit):
         build_cli(["validate", f"--config={method}", f"--config={ROOT / 'configs/models/toy-gpt2.yaml'}", *flags,
                    "--print_config"])  # fmt: skip
@@ -125,22 +161,45 @@ def editor_of(method: Path, capsys):
 @pytest.mark.parametrize("method", METHODS, ids=lambda path: path.stem)
 def test_every_editor_runs_sharded_or_refuses_in_one_line(method, capsys):
     editor = editor_of(method, capsys)
-    assert editor.shardable == (method.stem in SHARDABLE)
-    if not editor.shardable:
+    assert editor.edits_split_models == (method.stem in SPLITTABLE)
+    if not editor.edits_split_models:
         editor._device_mesh = {"tensor_parallel": None}  # what ModelParallelStrategy sets before configure_model
         with pytest.raises(ConfigError, match=f"^{type(editor).__name__} does not edit a sharded model") as error:
             editor.configure_model()
         assert "\n" not in str(error.value)
 
 
-def test_a_refusal_reaches_the_user_as_one_line_before_any_edit(tmp_path):
+@pytest.mark.parametrize("method", METHODS, ids=lambda path: path.stem)
+def test_every_editor_runs_spread_by_a_device_map_or_refuses_in_one_line(method, capsys):
+    if method.stem in SPLITTABLE:  # it loads the model spread (the runs above compare the numbers)
+        assert editor_of(method, capsys, DEVICE_MAP).model.hf_device_map["transformer.h.3"] == "disk"
+        return
+    with pytest.raises(ValueError, match=f"{type(editor_of(method, capsys)).__name__} does not edit a model spread"):
+        editor_of(method, capsys, DEVICE_MAP)  # jsonargparse's ValueError around it; the CLI says it in one line:
+
+
+@pytest.mark.parametrize(
+    ("method", "flags", "message"),
+    [
+        ("grace", ["--trainer.devices=1", SHARDED], "GRACE does not edit a sharded model"),
+        ("grace", [DEVICE_MAP], "GRACE does not edit a model spread by lm.device_map"),
+        ("rome", ["--trainer.devices=2", DEVICE_MAP], "lm.device_map spreads one model over the devices of one"),
+    ],
+    ids=["sharded", "device-map", "device-map-2-processes"],
+)
+def test_a_refusal_reaches_the_user_as_one_line_before_any_edit(tmp_path, method, flags, message):
     run = subprocess.run(
-        [sys.executable, "-m", "lightning_edit", "validate",
-         *arguments("grace", tmp_path / "run", None, []),
-         "--trainer.devices=1", "--trainer.accelerator=cpu", SHARDED],
+        [sys.executable, "-m", "lightning_edit", "validate", *arguments(method, tmp_path / "run", None, []),
+         "--trainer.accelerator=cpu", *flags],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode != 0
     assert "Traceback" not in run.stderr
-    assert run.stderr.strip().splitlines()[-1].startswith("lightning-edit: error: GRACE does not edit a sharded model")
+    assert run.stderr.strip().splitlines()[-1].startswith(f"lightning-edit: error: {message}")
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_fit_refuses_offloaded_weights_before_any_edit(tmp_path):
+    with pytest.raises(ConfigError, match="^fit exports the whole edited model, which a device map with offloaded"):
+        build_cli(["fit", *arguments("rome", tmp_path / "run", None, []), DEVICE_MAP])
+    assert not (tmp_path / "run" / "edited_model").exists()

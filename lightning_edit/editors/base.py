@@ -78,8 +78,9 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
     edits_weights: bool = True
     #: True for editors that read keys at the subject's tokens (locate-then-edit): see :meth:`cannot_edit`.
     locates_subject: bool = False
-    #: True for editors that edit a model sharded by ``ModelParallelStrategy`` (docs/sharding.md); others refuse it.
-    shardable: bool = False
+    #: True for editors that edit a model split over processes (``ModelParallelStrategy``) or spread by
+    #: ``lm.device_map`` (weights read whole and written where they are: ``models.placement``); others refuse both.
+    edits_split_models: bool = False
 
     def __init__(
         self,
@@ -103,6 +104,11 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
             raise ConfigError(f"eval_at={eval_at}: numbers of edits, each at least 1")
         if eval_sample is not None and (eval_sample < 1 or not eval_at):
             raise ConfigError(f"eval_sample={eval_sample}: cases scored at each eval_at checkpoint, >= 1, with eval_at")
+        if lm.device_map is not None and not self.edits_split_models:
+            raise ConfigError(
+                f"{type(self).__name__} does not edit a model spread by lm.device_map: load it on one device (no "
+                "device_map) or use an editor that runs split (docs/sharding.md)"
+            )
         self.model, self.tokenizer = load_model_and_tokenizer(lm)
         self.model.requires_grad_(False)
         self.protocol, self.edit_batch_size, self.eval_at = protocol, edit_batch_size, sorted(eval_at or [])

@@ -29,9 +29,9 @@ from lightning_edit.editors.locate import (
 from lightning_edit.editors.solvers import CovarianceFactor, UpdateFilter, memit_factors, memit_layer_residual
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource
+from lightning_edit.models.placement import add_to_weight, whole
 from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
 from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
-from lightning_edit.models.sharding import add_to_weight, full
 from lightning_edit.stats.config import KeyStatistics
 
 
@@ -51,7 +51,7 @@ class MEMIT(EditorModule):
     """
 
     locates_subject = True  # keys are read at the subject (fact_token)
-    shardable = True  # its weights are read whole and written shard-wise (docs/sharding.md)
+    edits_split_models = True  # it reads weights whole and writes them where they are (docs/sharding.md)
 
     def __init__(
         self,
@@ -115,7 +115,7 @@ class MEMIT(EditorModule):
         def write(owner: int, layer: int, update: LowRankUpdate) -> None:
             module = self.arch.module(self.arch.spec.mlp_out, layer)
             layout = self.arch.weight_layout(module)
-            delta = self.written_update(update.matrix(), to_linear(full(module.weight), layout))  # (d_out, d_in)
+            delta = self.written_update(update.matrix(), to_linear(whole(module), layout))  # (d_out, d_in)
             add_to_weight(module, from_linear(delta.to(module.weight.dtype), layout))
 
         templates = self.spread(requests, None, write)

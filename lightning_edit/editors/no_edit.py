@@ -10,7 +10,7 @@ class NoEdit(EditorModule):
     """Reports the unedited model on a benchmark (pre-edit numbers)."""
 
     edits_weights = False
-    shardable = True  # it only scores (docs/sharding.md)
+    edits_split_models = True  # it only scores (docs/sharding.md)
 
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
         return []

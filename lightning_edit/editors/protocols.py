@@ -62,6 +62,7 @@ from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContextPrompts
 from lightning_edit.errors import ConfigError, Interrupted, stop_requested
 from lightning_edit.evaluation import Answers, CaseScorer
+from lightning_edit.models.placement import is_dispatched, is_offloaded
 from lightning_edit.models.registry import resolve_architecture
 from lightning_edit.models.sharding import Lockstep, broadcast_shards, is_sharded, shard_model
 from lightning_edit.models.tokenization import encode_prompt_targets
@@ -133,10 +134,13 @@ class ProtocolRunner(LightningModule):
 
     def configure_model(self) -> None:
         """Under ``ModelParallelStrategy``, shard the model over the processes of its ``tensor_parallel`` mesh
-        dimension (one machine's, by default): an editor that cannot edit a sharded model says so first."""
+        dimension (one machine's, by default): an editor that cannot edit a sharded model says so first. A model
+        spread by ``lm.device_map`` runs in one process, and ``fit`` does not export offloaded weights."""
+        if is_dispatched(self.model):
+            return self._check_device_map()
         if self._device_mesh is None or is_sharded(self.model):
             return
-        if not self.shardable:
+        if not self.edits_split_models:
             raise ConfigError(
                 f"{type(self).__name__} does not edit a sharded model (trainer.strategy ModelParallelStrategy): run it "
                 "on one process or with strategy ddp (the editors that run sharded: docs/sharding.md)"
@@ -149,6 +153,30 @@ class ProtocolRunner(LightningModule):
         arch = resolve_architecture(self.model)
         blocks = [arch.module(arch.spec.blocks, i) for i in range(arch.num_layers)]
         shard_model(self.model, blocks, self._device_mesh["tensor_parallel"])
+
+    def _check_device_map(self) -> None:
+        if self.trainer.world_size > 1 or self._device_mesh is not None:
+            runs = "a sharding strategy" if self._device_mesh is not None else f"{self.trainer.world_size} processes"
+            raise ConfigError(
+                f"lm.device_map spreads one model over the devices of one process, not {runs}: run with "
+                "--trainer.devices 1 and no sharding strategy (docs/sharding.md#device-map)"
+            )
+        if self.trainer.state.fn == "fit" and any(is_offloaded(param) for param in self.model.parameters()):
+            raise ConfigError(
+                "fit exports the whole edited model, which a device map with offloaded (disk) weights does not hold: "
+                "run fit with the model on devices only, or run validate"
+            )
+
+    def _apply(self, fn, recurse: bool = True):
+        """Lightning moves the module to its root device; a model spread by a device map stays where it is."""
+        modules = self._modules
+        if not is_dispatched(modules.get("model")):
+            return super()._apply(fn, recurse)
+        self._modules = {name: module for name, module in modules.items() if name != "model"}
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            self._modules = modules
 
     @property
     def shard_mesh(self):

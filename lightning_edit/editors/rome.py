@@ -31,9 +31,9 @@ from lightning_edit.editors.locate import (
 from lightning_edit.editors.solvers import CovarianceFactor, UpdateFilter, rome_factors
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource
+from lightning_edit.models.placement import add_to_weight, whole
 from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
 from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
-from lightning_edit.models.sharding import add_to_weight, full
 from lightning_edit.stats.config import KeyStatistics
 
 
@@ -55,7 +55,7 @@ class ROME(EditorModule):
     """
 
     locates_subject = True  # keys are read at the subject (fact_token)
-    shardable = True  # its weights are read whole and written shard-wise (docs/sharding.md)
+    edits_split_models = True  # it reads weights whole and writes them where they are (docs/sharding.md)
 
     def __init__(
         self,
@@ -113,7 +113,7 @@ class ROME(EditorModule):
             (update,) = self.updates([request], covariance)
             module = self.arch.module(self.arch.spec.mlp_out, self.layer)
             layout = self.arch.weight_layout(module)
-            delta = self.written_update(update.matrix(), to_linear(full(module.weight), layout))
+            delta = self.written_update(update.matrix(), to_linear(whole(module), layout))
             add_to_weight(module, from_linear(delta.to(module.weight.dtype), layout))
 
     def low_rank_edits(self, groups: list[list[EditRequest]]) -> RowUpdates | None:
@@ -130,8 +130,8 @@ class ROME(EditorModule):
         """Each request's ΔW = U Vᵀ (eq. 2) on the model as it is now, independently of the others (batched)."""
         templates = self.templates.get(self.model, self.tokenizer, self.template_lengths, self.template_seed)
         module = self.arch.module(self.arch.spec.mlp_out, self.layer)
-        W = to_linear(full(module.weight), self.arch.weight_layout(module))  # (d_out, d_in)
-        bias = full(module.bias).double() if module.bias is not None else 0.0
+        W = to_linear(whole(module), self.arch.weight_layout(module))  # (d_out, d_in)
+        bias = whole(module, "bias").double() if module.bias is not None else 0.0
         k_bar = compute_keys(self.model, self.tokenizer, requests, self.layer, templates, self.fact_token)
         k0 = compute_keys(self.model, self.tokenizer, requests, self.layer, ["{}"], self.fact_token)
         vectors = optimize_target_vectors(

@@ -158,6 +158,7 @@ class PrefixReuse:
         self._tuple_output = False  # blocks return (hidden, ...) in older transformers
         self._rows: torch.Tensor | None = None  # the recorded rows the next forward runs (None: all)
         self._handles: list[RemovableHandle] = []
+        self._forwards: list[Any] = []  # the instance forwards the skipped blocks had (None: the class's)
 
     def rows(self, rows: torch.Tensor | None) -> PrefixReuse:
         """The next forward runs these rows (indices into the first forward's batch), in this order."""
@@ -173,14 +174,19 @@ class PrefixReuse:
             self._handles.append(self.blocks[self.start - 1].register_forward_hook(self._record_form))
             return self
         for skipped in self.blocks[: self.start]:
+            self._forwards.append(skipped.__dict__.get("forward"))  # accelerate's, under a device map
             skipped.forward = self._pass_through  # an instance attribute shadows the class's forward
         self._handles.append(block.register_forward_pre_hook(self._replay, with_kwargs=True))
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._rows = None
-        for skipped in self.blocks[: self.start]:
-            skipped.__dict__.pop("forward", None)
+        for skipped, forward in zip(self.blocks, self._forwards):
+            if forward is None:
+                del skipped.forward
+            else:
+                skipped.forward = forward
+        self._forwards.clear()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

@@ -12,8 +12,9 @@ import torch
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.errors import UserError, refused_weights
+from lightning_edit.errors import ConfigError, UserError, refused_weights
 from lightning_edit.models.gguf import converted_folder, gguf_file
+from lightning_edit.models.placement import PLACEMENT_STRATEGIES, check_device, check_placement
 from lightning_edit.resources import resolve_path
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -43,6 +44,14 @@ class ModelSource:
             checkpoints you trust.
         random_init_seed: build the model from the directory's ``config.json`` with random weights, seeded, instead
             of loading weights (for shape-reduced test models and smoke runs).
+        device_map: spread the model's layers over devices in one process (accelerate's big-model inference, as
+            EasyEdit's ``device_map="auto"``): ``auto`` / ``balanced`` / ``balanced_low_0`` / ``sequential``, or a
+            map from module names to a GPU index, ``cpu`` or ``disk`` (docs/sharding.md#device-map). Only editors
+            that read and write weights whole run on such a model.
+        max_memory: with a device_map by name, the memory each device may hold, e.g. ``{0: 20GiB, cpu: 60GiB}``;
+            what does not fit goes to disk.
+        offload_folder: where weights mapped to ``disk`` are written when the checkpoint cannot be read in place
+            (safetensors checkpoints are read in place; nothing is ever written to them).
     """
 
     path: str
@@ -50,6 +59,19 @@ class ModelSource:
     revision: str | None = None
     trust_remote_code: bool = False
     random_init_seed: int | None = None
+    device_map: str | dict[str, int | str] | None = None
+    max_memory: dict[int | str, str] | None = None
+    offload_folder: str | None = None
+
+    def __post_init__(self):
+        if isinstance(self.device_map, str) and self.device_map not in PLACEMENT_STRATEGIES:
+            check_device("lm.device_map", self.device_map)
+        for module, device in self.device_map.items() if isinstance(self.device_map, dict) else ():
+            check_device(f"lm.device_map[{module!r}]", device)
+        if self.device_map is not None and self.random_init_seed is not None:
+            raise ConfigError("lm.device_map places a checkpoint's weights, which lm.random_init_seed replaces: one")
+        if self.max_memory is not None and not isinstance(self.device_map, str):
+            raise ConfigError("lm.max_memory sizes the devices of a device_map by name (auto, balanced, sequential)")
 
 
 def _location(source: ModelSource) -> str:
@@ -87,7 +109,10 @@ def load_model(source: ModelSource, device: str | torch.device | None = None) ->
     common = dict(revision=source.revision, trust_remote_code=source.trust_remote_code)
     try:
         if source.random_init_seed is None:
-            model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **common)
+            placement = dict(device_map=source.device_map, max_memory=source.max_memory)
+            if source.offload_folder is not None:
+                placement["offload_folder"] = str(resolve_path(source.offload_folder))
+            model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **placement, **common)
         else:
             config = AutoConfig.from_pretrained(location, **common)
             with torch.random.fork_rng(devices=[]):
@@ -108,7 +133,15 @@ def load_model(source: ModelSource, device: str | torch.device | None = None) ->
         raise ModelLoadError(refused_weights(", ".join(files), error)) from error
     except ValueError as error:  # e.g. a config.json of an architecture transformers does not know
         raise ModelLoadError(f"cannot load model {location!r}: {str(error).splitlines()[0]}") from error
-    if device is not None:
+    except RuntimeError as error:  # e.g. a device map naming a GPU this machine does not have
+        if source.device_map is None:
+            raise
+        raise ModelLoadError(
+            f"cannot place model {location!r} by lm.device_map={source.device_map!r}: {str(error).splitlines()[0]}"
+        ) from error
+    if source.device_map is not None:
+        check_placement(model, source)
+    elif device is not None:
         model = model.to(device)
     return model.eval()
 

@@ -7,8 +7,8 @@ holds a slice of rows; a forward gathers each block's weights just before it run
 activations) and frees them after. So a forward is a collective: every process of the shard group must run as many,
 in the same order (docs/sharding.md).
 
-- :func:`full` reads a parameter whole (gathered), :func:`add_to_weight` adds an update computed whole: process 0's
-  update is scattered, so every process writes its slice of one update;
+- editors read and write its weights through :mod:`lightning_edit.models.placement` (gathered whole, written
+  shard-wise);
 - :class:`Lockstep` lets the processes run different forwards (each scores its own cases): before each forward they
   say whether they still have one, and a process that has run out runs a one-token forward, its output unused, until
   none has.
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor
 from torch.utils.hooks import RemovableHandle
 
 
@@ -44,21 +44,6 @@ def shard_model(model: nn.Module, blocks: list[nn.Module], mesh: DeviceMesh) -> 
         fully_shard(embeddings, mesh=mesh)
         fully_shard(unembedding, mesh=mesh)
     fully_shard(model, mesh=mesh, reshard_after_forward=True)  # FSDP2 keeps a root gathered for a backward: none here
-
-
-def full(tensor: Tensor) -> Tensor:
-    """The whole tensor: gathered from every process when it is sharded (a collective), else itself."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-
-
-@torch.no_grad()
-def add_to_weight(module: nn.Module, update: Tensor) -> None:
-    """``module.weight += update`` (``update`` whole, in the weight's layout and dtype); on a sharded weight each
-    process adds its slice of process 0's update (scattered from it, so that the slices are of one update)."""
-    weight = module.weight
-    if isinstance(weight, DTensor):
-        update = distribute_tensor(update.contiguous(), weight.device_mesh, weight.placements, src_data_rank=0)
-    weight += update
 
 
 def broadcast_shards(params: list[Tensor], mesh: DeviceMesh | None) -> None:

@@ -8,12 +8,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from lightning_edit.models.placement import is_offloaded, set_offloaded, whole
+
 
 class WeightSnapshot:
     """Copies of named parameters taken at creation; :meth:`restore` writes them back in place.
 
     Tied parameters appear once, under the name ``model.named_parameters()`` gives them, unless named
-    explicitly. Used as a context manager, the snapshot restores the parameters on exit, also on exceptions.
+    explicitly. A sharded parameter is copied shard-wise; an offloaded one (a device map's, on the meta device) by
+    its value, which :meth:`restore` puts back where the offload hook reads it.
+    Used as a context manager, the snapshot restores the parameters on exit, also on exceptions.
 
     Args:
         model: Model whose parameters are saved.
@@ -28,7 +32,16 @@ class WeightSnapshot:
         else:
             params = {name: model.get_parameter(name) for name in names}
         self._params = params
-        self._saved = {name: param.detach().to(device, copy=True) for name, param in params.items()}
+        self._model = model
+        self._saved = {name: self._value(name).detach().to(device, copy=True) for name in params}
+
+    def _value(self, name: str) -> torch.Tensor:
+        """The parameter's own tensor (a sharded one: this process's shard), or an offloaded one's value."""
+        param = self._params[name]
+        if not is_offloaded(param):
+            return param
+        owner, _, attribute = name.rpartition(".")
+        return whole(self._model.get_submodule(owner), attribute)
 
     @property
     def names(self) -> list[str]:
@@ -39,16 +52,21 @@ class WeightSnapshot:
     def restore(self) -> None:
         """Copy the saved values back into the parameters, in place."""
         for name, param in self._params.items():
-            param.data.copy_(self._saved[name])
+            if is_offloaded(param):
+                owner, _, attribute = name.rpartition(".")
+                set_offloaded(self._model.get_submodule(owner), attribute, self._saved[name])
+            else:
+                param.data.copy_(self._saved[name])
 
     @torch.no_grad()
     def changed(self) -> list[str]:
         """Names of saved parameters whose current value differs from the snapshot."""
-        return [
-            name
-            for name, param in self._params.items()
-            if not torch.equal(param.detach(), self._saved[name].to(param.device))
-        ]
+        changed = []
+        for name in self._params:
+            value = self._value(name).detach()
+            if not torch.equal(value, self._saved[name].to(value.device)):
+                changed.append(name)
+        return changed
 
     def __enter__(self) -> WeightSnapshot:
         return self

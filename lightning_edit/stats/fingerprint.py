@@ -24,8 +24,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from lightning_edit.models.placement import whole
 from lightning_edit.models.registry import resolve_architecture
-from lightning_edit.models.sharding import full
 
 SAMPLE_SIZE = 4096
 _VOLATILE_CONFIG_KEYS = {
@@ -59,7 +59,7 @@ def sample_index(numel: int) -> torch.Tensor:
 
 def tensor_digest(tensor: torch.Tensor) -> str:
     """sha256 of a tensor's shape, dtype, strided sample and exact bit-pattern sum (see module docstring)."""
-    flat = full(tensor.detach()).contiguous().reshape(-1)  # a sharded tensor whole: the fingerprint of its values
+    flat = tensor.detach().contiguous().reshape(-1)
     bits = flat.view(_BIT_VIEW[flat.element_size()]) if flat.numel() else flat.new_zeros(0, dtype=torch.int8)
     bit_sum = int(bits.sum(dtype=torch.int64).item())
     sample = bits[sample_index(bits.numel()).to(bits.device)].cpu().numpy().tobytes()
@@ -75,6 +75,12 @@ def _block_index(name: str, block_prefix: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
+def _value(model: nn.Module, name: str) -> torch.Tensor:
+    """Parameter ``name`` whole (sharded: gathered; offloaded: loaded): fingerprints are of values."""
+    owner, _, attribute = name.rpartition(".")
+    return whole(model.get_submodule(owner), attribute)
+
+
 def model_fingerprints(model: nn.Module, layers: Iterable[int]) -> dict[int, str]:
     """``{layer: fingerprint}`` for each layer; each parameter is read once however many layers are asked for."""
     layers = sorted(set(layers))
@@ -83,8 +89,8 @@ def model_fingerprints(model: nn.Module, layers: Iterable[int]) -> dict[int, str
     prefix = resolve_architecture(model).spec.blocks.split("{}")[0]
     depth = {name: _block_index(name, prefix) for name, _ in model.named_parameters()}
     digests = {
-        name: tensor_digest(param)
-        for name, param in model.named_parameters()
+        name: tensor_digest(_value(model, name))
+        for name in depth
         if depth[name] is None or depth[name] <= layers[-1]
     }
     base = config_digest(model)
@@ -102,8 +108,8 @@ def weights_digest(model: nn.Module) -> str:
     """sha256 of the config (as :func:`config_digest`) and of every parameter (:func:`tensor_digest`): the whole
     model's weights, whatever folder they were read from."""
     digest = hashlib.sha256(config_digest(model).encode())
-    for name, param in sorted(model.named_parameters()):
-        digest.update(f"\n{name}={tensor_digest(param)}".encode())
+    for name in sorted(name for name, _ in model.named_parameters()):
+        digest.update(f"\n{name}={tensor_digest(_value(model, name))}".encode())
     return digest.hexdigest()
 
 

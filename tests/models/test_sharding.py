@@ -11,7 +11,8 @@ from torch.distributed.tensor import DTensor
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lightning_edit.models import WeightSnapshot, from_linear, resolve_architecture
-from lightning_edit.models.sharding import Lockstep, add_to_weight, full, is_sharded, shard_model
+from lightning_edit.models.placement import add_to_weight, whole
+from lightning_edit.models.sharding import Lockstep, is_sharded, shard_model
 
 WORLD = 2
 #: per process, the inputs of its own forwards: process 1 runs fewer, and one of another length
@@ -27,25 +28,25 @@ def tiny_gpt2() -> GPT2LMHeadModel:
 def worker(rank: int, port: int, directory: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
-        model, whole = tiny_gpt2(), tiny_gpt2()
+        model, reference = tiny_gpt2(), tiny_gpt2()
         arch = resolve_architecture(model)
         c_proj = arch.module(arch.spec.mlp_out, 1)
         name = arch.layer_name(arch.spec.mlp_out, 1) + ".weight"
         shard_model(
             model, [arch.module(arch.spec.blocks, i) for i in range(arch.num_layers)], init_device_mesh("cpu", (WORLD,))
         )
-        assert is_sharded(model) and not is_sharded(whole)
+        assert is_sharded(model) and not is_sharded(reference)
         assert (
             isinstance(c_proj.weight, DTensor) and c_proj.weight.to_local().shape[0] == c_proj.weight.shape[0] // WORLD
         )
-        assert torch.equal(full(c_proj.weight), whole.get_parameter(name))
+        assert torch.equal(whole(c_proj), reference.get_parameter(name))
 
         snapshot = WeightSnapshot(model, [name])
         update = from_linear(torch.full((32, 128), 0.01 * (rank + 1)), "conv1d")  # each process its own: 0's wins
         add_to_weight(c_proj, update)
         with torch.no_grad():
-            whole.get_parameter(name).add_(from_linear(torch.full((32, 128), 0.01), "conv1d"))
-        assert torch.equal(full(c_proj.weight), whole.get_parameter(name))
+            reference.get_parameter(name).add_(from_linear(torch.full((32, 128), 0.01), "conv1d"))
+        assert torch.equal(whole(c_proj), reference.get_parameter(name))
 
         outputs = []
         with torch.no_grad(), Lockstep(model, init_device_mesh("cpu", (WORLD,))) as lockstep:
@@ -54,10 +55,10 @@ def worker(rank: int, port: int, directory: str) -> None:
             for ids in INPUTS[rank]:
                 outputs.append(model(input_ids=torch.tensor([ids])).logits)
         for ids, logits in zip(INPUTS[rank], outputs):
-            torch.testing.assert_close(logits, whole(input_ids=torch.tensor([ids])).logits, rtol=0, atol=1e-5)
+            torch.testing.assert_close(logits, reference(input_ids=torch.tensor([ids])).logits, rtol=0, atol=1e-5)
 
         snapshot.restore()
-        assert torch.equal(full(c_proj.weight), tiny_gpt2().get_parameter(name))  # the undo: bit for bit
+        assert torch.equal(whole(c_proj), tiny_gpt2().get_parameter(name))  # the undo: bit for bit
         torch.save({"forwards": len(outputs)}, f"{directory}/{rank}.pt")
     finally:
         dist.destroy_process_group()
