@@ -37,9 +37,10 @@ deterministic computation) and then takes the weights of process 0, so all hold 
 own batches (the parameters the undo restores and any state the edits added are taken from process 0). A case the
 distributed sampler repeats is counted once.
 
-Under ``ModelParallelStrategy`` the processes of one machine share one model, sharded (:meth:`configure_model`,
-docs/sharding.md): they see the same batches and make every edit together, and each scores its share of a batch's
-cases (:meth:`ProtocolRunner.scored_here`), its forwards kept in step with the others' (``Lockstep``).
+Under ``ModelParallelStrategy`` the processes of one machine share one model, sharded
+(:mod:`lightning_edit.editors.placement`, docs/sharding.md): they see the same batches and make every edit together,
+and each scores its share of a batch's cases (``scored_here``), its forwards kept in step with the others'
+(``lockstep``). A model spread by ``lm.device_map`` runs in one process, as a whole one does.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from lightning import LightningModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 from torch.utils.data import DataLoader
@@ -60,11 +60,10 @@ from tqdm.auto import tqdm
 from lightning_edit.data.base import case_error, loader_cases
 from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContextPrompts
+from lightning_edit.editors.placement import ModelPlacement
 from lightning_edit.errors import ConfigError, Interrupted, stop_requested
 from lightning_edit.evaluation import Answers, CaseScorer
-from lightning_edit.models.placement import is_dispatched, is_offloaded
-from lightning_edit.models.registry import resolve_architecture
-from lightning_edit.models.sharding import Lockstep, broadcast_shards, is_sharded, shard_model
+from lightning_edit.models.sharding import broadcast_shards
 from lightning_edit.models.tokenization import encode_prompt_targets
 
 if TYPE_CHECKING:
@@ -104,7 +103,7 @@ def _check_length(case: EditCase, field: str, prompt: str, tokens: int, limit: i
         )
 
 
-class ProtocolRunner(LightningModule):
+class ProtocolRunner(ModelPlacement):
     """The protocol part of :class:`~lightning_edit.editors.base.EditorModule`: the validate and fit loops around the
     editor's edit/undo contract (the editor sets ``protocol``, ``edit_batch_size``, ``eval_at``, ``scoring``,
     ``in_context``, ``batched_single`` and ``output_dir``)."""
@@ -131,69 +130,6 @@ class ProtocolRunner(LightningModule):
             _check_length(case, "prompt" if field == "target_new" else field, prompt, sum(map(len, result)), limit)
         for case, field, reason in self._scorer().check(cases, contexts, limit):
             raise case_error(case, field, reason)
-
-    def configure_model(self) -> None:
-        """Under ``ModelParallelStrategy``, shard the model over the processes of its ``tensor_parallel`` mesh
-        dimension (one machine's, by default): an editor that cannot edit a sharded model says so first. A model
-        spread by ``lm.device_map`` runs in one process, and ``fit`` does not export offloaded weights."""
-        if is_dispatched(self.model):
-            return self._check_device_map()
-        if self._device_mesh is None or is_sharded(self.model):
-            return
-        if not self.edits_split_models:
-            raise ConfigError(
-                f"{type(self).__name__} does not edit a sharded model (trainer.strategy ModelParallelStrategy): run it "
-                "on one process or with strategy ddp (the editors that run sharded: docs/sharding.md)"
-            )
-        if self.trainer.state.fn == "fit":
-            raise ConfigError(
-                "fit exports the whole edited model, which a sharded run does not gather: run fit on one process or "
-                "with strategy ddp (validate and test run sharded)"
-            )
-        arch = resolve_architecture(self.model)
-        blocks = [arch.module(arch.spec.blocks, i) for i in range(arch.num_layers)]
-        shard_model(self.model, blocks, self._device_mesh["tensor_parallel"])
-
-    def _check_device_map(self) -> None:
-        if self.trainer.world_size > 1 or self._device_mesh is not None:
-            runs = "a sharding strategy" if self._device_mesh is not None else f"{self.trainer.world_size} processes"
-            raise ConfigError(
-                f"lm.device_map spreads one model over the devices of one process, not {runs}: run with "
-                "--trainer.devices 1 and no sharding strategy (docs/sharding.md#device-map)"
-            )
-        if self.trainer.state.fn == "fit" and any(is_offloaded(param) for param in self.model.parameters()):
-            raise ConfigError(
-                "fit exports the whole edited model, which a device map with offloaded (disk) weights does not hold: "
-                "run fit with the model on devices only, or run validate"
-            )
-
-    def _apply(self, fn, recurse: bool = True):
-        """Lightning moves the module to its root device; a model spread by a device map stays where it is."""
-        modules = self._modules
-        if not is_dispatched(modules.get("model")):
-            return super()._apply(fn, recurse)
-        self._modules = {name: module for name, module in modules.items() if name != "model"}
-        try:
-            return super()._apply(fn, recurse)
-        finally:
-            self._modules = modules
-
-    @property
-    def shard_mesh(self):
-        """The processes that share this model's shards (None when it is not sharded)."""
-        return self._device_mesh["tensor_parallel"] if self._device_mesh is not None else None
-
-    def lockstep(self) -> Lockstep:
-        """The block's forwards kept in step with the other processes' of a sharded model (inert otherwise)."""
-        return Lockstep(self.model, self.shard_mesh)
-
-    def scored_here(self, cases: list[EditCase]) -> list[EditCase]:
-        """The cases this process scores: all of them, or, on a sharded model, every n-th of the n processes that
-        share it (each edits them all)."""
-        mesh = self.shard_mesh
-        if mesh is None or mesh.size() == 1:
-            return cases
-        return cases[mesh.get_local_rank() :: mesh.size()]
 
     def _prepare(self) -> None:
         """:meth:`prepare_statistics`; with several processes, each first caches its share of the statistics pass and,
