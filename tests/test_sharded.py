@@ -175,7 +175,7 @@ def test_every_editor_runs_spread_by_a_device_map_or_refuses_in_one_line(method,
         assert editor_of(method, capsys, DEVICE_MAP).model.hf_device_map["transformer.h.3"] == "disk"
         return
     with pytest.raises(ValueError, match=f"{type(editor_of(method, capsys)).__name__} does not edit a model spread"):
-        editor_of(method, capsys, DEVICE_MAP)  # jsonargparse's ValueError around it; the CLI says it in one line:
+        editor_of(method, capsys, DEVICE_MAP)  # jsonargparse wraps the ConfigError; the CLI prints one line (below)
 
 
 @pytest.mark.parametrize(
