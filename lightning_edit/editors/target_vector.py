@@ -36,7 +36,7 @@ from lightning_edit.editors.locate import (
     fill,
     template_groups,
 )
-from lightning_edit.errors import ConfigError
+from lightning_edit.errors import require
 from lightning_edit.models.hooks import PrefixReuse, Trace
 from lightning_edit.models.registry import ModelArchitecture, resolve_architecture
 from lightning_edit.models.sharding import is_sharded
@@ -248,11 +248,8 @@ def optimize_target_vectors(
     if not layer <= loss_layer < arch.num_layers:
         raise ValueError(f"v_loss_layer={loss_layer} must lie in [{layer}, {arch.num_layers})")
     if is_sharded(model):  # a sharded forward runs whole on every process (docs/sharding.md): the reference path
-        if loss_layer != arch.num_layers - 1:
-            raise ConfigError(
-                f"model.target.v_loss_layer={loss_layer} reads the logits of an inner layer, which a sharded model "
-                "does not run apart: leave it unset (the last layer) or run on one process or with strategy ddp"
-            )
+        meaning = "logits of an inner layer, which a sharded model does not run apart: leave it unset (or use ddp)"
+        require(loss_layer == arch.num_layers - 1, "model.target.v_loss_layer", loss_layer, meaning)
         config = replace(config, full_forward=True)
     flags = [p.requires_grad for p in model.parameters()]
     training = model.training

@@ -22,6 +22,7 @@ from lightning_edit.editors.locate import (
     fill,
 )
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
+from lightning_edit.errors import ConfigError
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.models.registry import resolve_architecture
@@ -329,3 +330,16 @@ def test_prefix_reuse_and_target_logits_give_the_full_forward_values(tiny_lm, wh
         torch.testing.assert_close(getattr(fast, field), getattr(full, field), atol=1e-6, rtol=0)
     for a, b in zip(fast.history, full.history):
         torch.testing.assert_close(a.loss, b.loss, atol=1e-6, rtol=0)
+
+
+def test_a_sharded_model_refuses_the_loss_at_an_inner_layer_in_one_line(tiny_lm, monkeypatch):
+    import lightning_edit.editors.target_vector as target_vector
+
+    model, tokenizer = tiny_lm
+    monkeypatch.setattr(target_vector, "is_sharded", lambda model: True)  # as under ModelParallelStrategy
+    config = TargetOptimization(v_num_grad_steps=2, v_loss_layer=0)
+    with pytest.raises(ConfigError, match=r"^model.target.v_loss_layer=0: logits of an inner layer") as error:
+        optimize_target_vectors(
+            model, tokenizer, REQUESTS[:1], 0, resolve_architecture(model).spec.mlp_out, TEMPLATES, config
+        )
+    assert "\n" not in str(error.value)
