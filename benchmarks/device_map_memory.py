@@ -24,18 +24,10 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config
+from sharded_memory import SHAPES as ALL_SHAPES
+from transformers import AutoModelForCausalLM
 
-SHAPES = {
-    "toy-gpt2": lambda: AutoConfig.from_pretrained(_builtin("toy-gpt2")),
-    "gpt2-small": lambda: GPT2Config(),  # 124M parameters, tied embeddings
-}
-
-
-def _builtin(name: str) -> str:
-    from lightning_edit.resources import resolve_path
-
-    return str(resolve_path(f"builtin:models/{name}"))
+SHAPES = {name: ALL_SHAPES[name] for name in ("toy-gpt2", "gpt2-small")}  # GPT-2 shapes: blocks_on_disk's map
 
 
 def blocks_on_disk(config) -> dict[str, str]:
