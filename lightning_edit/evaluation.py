@@ -10,7 +10,7 @@ prompt of its case.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lightning_edit.data.schema import EditCase, PromptGroup
 from lightning_edit.models.tokenization import format_prompt
 from lightning_edit.scoring import TargetScore
-from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, Stage, Target, run_requests, score_kind
+from lightning_edit.scoring.kinds import BUILTIN_KINDS, PromptItem, Request, ScoreKind, Stage, Target, run_requests
 
 # the unedited model's result of every request the reference asked for
 Reference = dict[Request, Any]
@@ -54,10 +54,17 @@ class ScoringConfig:
 
 
 class CaseScorer:
-    """Scores edit cases' prompt groups with one model."""
+    """Scores edit cases' prompt groups with one model; ``kinds``: the score kinds the groups name (the benchmark's
+    :attr:`~lightning_edit.data.base.EditDataModule.score_kinds`; default: the built-in ones)."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: ScoringConfig):
-        self.model, self.tokenizer, self.config = model, tokenizer, config
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        config: ScoringConfig,
+        kinds: Mapping[str, ScoreKind] = BUILTIN_KINDS,
+    ):
+        self.model, self.tokenizer, self.config, self.kinds = model, tokenizer, config, kinds
 
     def _prompt(self, prompt: str) -> str:
         return format_prompt(self.tokenizer, prompt, self.config.chat_template)
@@ -87,7 +94,7 @@ class CaseScorer:
         contexts = contexts or {}
         for case in cases:
             for name, group in case.groups.items():
-                kinds = [score_kind(kind) for kind in group.metrics]
+                kinds = [self.kinds[kind] for kind in group.metrics]
                 kinds = [kind for kind in kinds if type(kind).check is not ScoreKind.check]  # those that check
                 for item in self._items(case, name, group, contexts.get(case.case_id, "")) if kinds else ():
                     for kind in kinds:
@@ -104,7 +111,7 @@ class CaseScorer:
         requests: list[Request] = []
         for case in cases:
             for name, group in case.groups.items():
-                kinds = [score_kind(kind) for kind in group.metrics]
+                kinds = [self.kinds[kind] for kind in group.metrics]
                 for item in self._items(case, name, group, stage="pre"):
                     for kind in kinds:
                         requests += kind.reference_requests(item, self.config)
@@ -135,7 +142,7 @@ class CaseScorer:
         for case in cases:
             for name, group in case.groups.items():
                 for item in self._items(case, name, group, contexts.get(case.case_id, ""), stage):
-                    asks = [(score_kind(kind), metric, []) for kind, metric in group.metrics.items()]
+                    asks = [(self.kinds[kind], metric, []) for kind, metric in group.metrics.items()]
                     for kind, _, requests in asks:
                         requests += kind.requests(item, self.config)
                     slots.append((item, group, asks))

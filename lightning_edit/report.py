@@ -119,7 +119,7 @@ class RunReport(Callback):
 
     def on_validation_start(self, trainer: Trainer, module: LightningModule) -> None:
         self.start = time.perf_counter()  # before the editor's own on_validation_start (sequential edits)
-        reset_judge_stats()  # the report counts this run's verdicts only
+        reset_judge_stats(getattr(module, "score_kinds", {}))  # the report counts this run's verdicts only
 
     def on_test_start(self, trainer: Trainer, module: LightningModule) -> None:
         self.on_validation_start(trainer, module)
@@ -134,7 +134,8 @@ class RunReport(Callback):
         if not isinstance(module, EditorModule) or trainer.sanity_checking:
             return
         directory = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast: every process asks
-        judges = redact(judge_report())  # gathered from every process too; a key pasted as api_key_env redacted
+        # gathered from every process too; a key pasted as api_key_env redacted
+        judges = redact(judge_report(module.score_kinds))
         if not trainer.is_global_zero:
             return
         datamodule = trainer.datamodule
@@ -147,7 +148,9 @@ class RunReport(Callback):
         }
         notes = datamodule.run_notes(module) if isinstance(datamodule, EditDataModule) else {}
         seconds = time.perf_counter() - self.start
-        path = write_results(directory, module.results, self.config, counts, seconds, notes, judges, module.stream)
+        path = write_results(
+            directory, module.results, self.config, counts, seconds, notes, judges, module.stream, module.score_kinds
+        )
         rows = case_rows(cases, module.case_scores, module.case_answers)
         (directory / "cases.jsonl").write_text(
             "".join(json.dumps(json_safe(row), allow_nan=False) + "\n" for row in rows)
@@ -183,7 +186,7 @@ class RunReport(Callback):
 
             for figure in figures.values():
                 plt.close(figure)  # a process that runs many validations (scripts, notebooks) keeps no figures
-        rank_zero_info(f"\n{markdown_table(module.results)}\n\nresults written to {path}")
+        rank_zero_info(f"\n{markdown_table(module.results, module.score_kinds)}\n\nresults written to {path}")
         check_judges_answered(judges, module.results, path)  # on process 0 alone, after every file is written
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from lightning_edit.provenance import git_hash, package_versions
-from lightning_edit.scoring.kinds import score_kind
+from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind
 
 
 def _interval(value: float, interval: list[float] | None) -> str:
@@ -30,8 +31,9 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def markdown_table(metrics: dict[str, dict[str, Any]]) -> str:
-    """One row per metric: both aggregations with their 95% confidence half-width, counts and convention.
+def markdown_table(metrics: dict[str, dict[str, Any]], kinds: Mapping[str, ScoreKind] = BUILTIN_KINDS) -> str:
+    """One row per metric: both aggregations with their 95% confidence half-width, counts and convention (the label
+    of its kind among ``kinds``, the benchmark's; else the kind's name).
 
     The full text of each convention is in results.json.
     """
@@ -43,7 +45,7 @@ def markdown_table(metrics: dict[str, dict[str, Any]]) -> str:
         lines.append(
             f"| {name} | {_interval(result['macro'], result.get('macro_ci95'))} "
             f"| {_interval(result['micro'], result.get('micro_ci95'))} | {result['n_cases']} | {result['n_prompts']} "
-            f"| {score_kind(result['kind']).label} |"
+            f"| {kinds[result['kind']].label if result['kind'] in kinds else result['kind']} |"
         )
     return "\n".join(lines)
 
@@ -57,6 +59,7 @@ def write_results(
     benchmark: dict[str, Any] | None = None,
     judges: dict[str, Any] | None = None,
     stream: list[dict[str, float]] | None = None,
+    kinds: Mapping[str, ScoreKind] = BUILTIN_KINDS,
 ) -> Path:
     """Write ``results.json`` and ``results.md`` into ``directory``; returns the JSON path.
 
@@ -64,7 +67,8 @@ def write_results(
     ``benchmark``: the benchmark's notes on the run (:meth:`~lightning_edit.data.base.EditDataModule.run_notes`),
     written as ``benchmark`` when there are any; ``judges``: the ``judges`` and ``judge_agreement`` blocks
     (:func:`~lightning_edit.judges.kind.judge_report`) when a judge scored anything; ``stream``: a sequential run's
-    record at each ``eval_at`` checkpoint (edits applied, seconds spent editing, peak memory in bytes), when it has one.
+    record at each ``eval_at`` checkpoint (edits applied, seconds spent editing, peak memory in bytes), when it has one;
+    ``kinds``: the benchmark's score kinds (their labels in results.md).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -81,5 +85,5 @@ def write_results(
     }
     path = directory / "results.json"
     path.write_text(json.dumps(json_safe(payload), indent=2, default=str, allow_nan=False) + "\n")
-    (directory / "results.md").write_text(markdown_table(metrics) + "\n")
+    (directory / "results.md").write_text(markdown_table(metrics, kinds) + "\n")
     return path

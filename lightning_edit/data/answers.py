@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from lightning_edit.errors import ConfigError
+from lightning_edit.scoring.kinds import ScoreKind
 
 AnswerContext = Literal["bare", "qa_inst", "chat"]
 #: the prompt as each context asks it (``qa_inst``: QAEdit's ``context_type: qa_inst``; ``chat``: the prompt alone,
@@ -47,20 +48,27 @@ def answer_kinds(
     return {role: f"answer_{role}_{context}" for role in roles}
 
 
-def register_answer_kinds(context: AnswerContext, judge: dict[str, dict[str, Any]] | None = None) -> dict[str, str]:
-    """Register the kinds of :func:`answer_kinds` (before the prompt groups that name them are built)."""
+def answer_score_kinds(
+    context: AnswerContext | None, judge: dict[str, dict[str, Any]] | None = None
+) -> list[ScoreKind]:
+    """The judged kinds of :func:`answer_kinds` (none without a context), each holding its judge: a benchmark's
+    ``own_kinds``."""
+    if context is None:
+        return []
     from lightning_edit.judges import one_judge
-    from lightning_edit.judges.kind import Generation, register_judged_kind
+    from lightning_edit.judges.kind import Generation, JudgedKind
 
     names = answer_kinds(context, judge)
     generation = Generation(MAX_NEW_TOKENS, stop=STOP, template=CONTEXTS[context], chat_template=context == "chat")
-    register_judged_kind(names["exact"], "exact_match", generation, label="generated, exact match")
-    register_judged_kind(names["contains"], "contains", generation, label="generated, contains")
-    register_judged_kind(names["unchanged"], "exact_match", generation, "generated, unchanged", against_unedited=True)
+    kinds = [
+        JudgedKind(names["exact"], "exact_match", generation, label="generated, exact match"),
+        JudgedKind(names["contains"], "contains", generation, label="generated, contains"),
+        JudgedKind(names["unchanged"], "exact_match", generation, "generated, unchanged", against_unedited=True),
+    ]
     if judge is not None:
         spec = one_judge("data.answer_judge", judge)
-        register_judged_kind(names["judged"], spec, generation, label=f"generated, judged ({spec['class_path']})")
-    return names
+        kinds.append(JudgedKind(names["judged"], spec, generation, label=f"generated, judged ({spec['class_path']})"))
+    return kinds
 
 
 def answer_metrics(kinds: dict[str, str], metric: str, locality: bool = False) -> dict[str, str]:

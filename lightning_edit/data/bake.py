@@ -29,11 +29,12 @@ import logging
 import math
 from typing import Any, Literal
 
-from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, register_answer_kinds
+from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
 from lightning_edit.data.counterfact import rome_request
 from lightning_edit.data.schema import EditCase, PromptGroup
 from lightning_edit.errors import ConfigError
+from lightning_edit.scoring.kinds import ScoreKind
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +116,12 @@ class BAKE(EditDataModule):
         """``path: bake`` names the published file of the variant, source ``bake-qa`` or ``bake-judge``."""
         return f"bake-{self.variant}" if self.path == "bake" else self.path
 
+    def own_kinds(self) -> list[ScoreKind]:
+        """With ``generated_answers``, its graded-answer kinds (:func:`~lightning_edit.data.answers.answer_kinds`)."""
+        return answer_score_kinds(self.generated_answers, self.answer_judge)
+
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)
-        if self.generated_answers:
-            register_answer_kinds(self.generated_answers, self.answer_judge)
         cases = [self._case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
         ignored = sum("reverse_qa" in record for record in records)
         if self.variant == "judge" and ignored:

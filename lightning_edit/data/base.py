@@ -12,6 +12,8 @@ import json
 import logging
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from lightning_edit.data.schema import EditCase
 from lightning_edit.data.sources import fetch, is_known, local_path
 from lightning_edit.errors import ConfigError, UserError
 from lightning_edit.resources import resolve_path
+from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind, check_metrics, kinds_by_name
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +257,17 @@ class EditDataModule(LightningDataModule, ABC):
         an error.
         """
 
+    def own_kinds(self) -> list[ScoreKind]:
+        """The benchmark's own score kinds, beside :data:`~lightning_edit.scoring.kinds.BUILTIN_KINDS` (a judged
+        kind holds its judge); none by default. Read once per run, through :attr:`score_kinds`."""
+        return []
+
+    @cached_property
+    def score_kinds(self) -> Mapping[str, ScoreKind]:
+        """Every kind its prompt groups may name, by name: the built-in ones and :meth:`own_kinds`, made once, so
+        the scorer, the metrics and the report of a run share these instances (and their judges)."""
+        return kinds_by_name([*BUILTIN_KINDS.values(), *self.own_kinds()])
+
     def skip(self, index: int | None, reason: str, file: str | Path | None = None) -> None:
         """Leave a record out, on the record: skipped records are counted and listed in results.json.
 
@@ -292,8 +306,14 @@ class EditDataModule(LightningDataModule, ABC):
             self.path = str(local_path(name))  # on every process, the file prepare_data fetched
         self.skipped, self.target_equals_true = [], []
         cases = self.load_cases()
+        kinds = self.score_kinds  # made here, before any weight is touched: a judge's fault stops the run now
         seen: dict[int, str] = {}
         for case in cases:
+            for name, group in case.groups.items():
+                try:
+                    check_metrics(kinds, group.metrics, group.alternatives is not None, group.pre_edit_filter)
+                except ValueError as error:
+                    raise case_error(case, name, f"prompt group: {error}") from None
             if case.case_id in seen:
                 raise DataFormatError(
                     self.path,

@@ -22,7 +22,15 @@ from typing import Any, Literal
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.models.tokenization import format_prompt
-from lightning_edit.scoring.multiple_choice import LETTERS, QUANTITIES, ROLES, kind_name, letter_tokens
+from lightning_edit.scoring.kinds import ScoreKind
+from lightning_edit.scoring.multiple_choice import (
+    LETTERS,
+    MULTIPLE_CHOICE_KINDS,
+    QUANTITIES,
+    ROLES,
+    kind_name,
+    letter_tokens,
+)
 
 QUESTIONS = ("reliability", "generalization", "locality", "portability")
 PAPER_RELATIONS = ("ObjectUse", "HasProperty", "AtLocation")  # ATOMIC2020 physical-entity relations (paper §3)
@@ -138,6 +146,10 @@ class CaseEdit(EditDataModule):
     ):
         super().__init__(path, **kwargs)
         self.convention, self.answer_cue = convention, answer_cue
+
+    def own_kinds(self) -> list[ScoreKind]:
+        """The multiple-choice kinds (:mod:`lightning_edit.scoring.multiple_choice`), both conventions."""
+        return list(MULTIPLE_CHOICE_KINDS)
 
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)

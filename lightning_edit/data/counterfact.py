@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, register_answer_kinds
+from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
 from lightning_edit.data.base import DataFormatError, EditDataModule, RecordReader, read_records
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
+from lightning_edit.scoring.kinds import ScoreKind
 
 _ROME_KEYS = {
     "case_id",
@@ -74,6 +75,10 @@ class CounterFact(EditDataModule):
         self.answer_kinds = answer_kinds(generated_answers, answer_judge)
         self.answer_judge = answer_judge
 
+    def own_kinds(self) -> list[ScoreKind]:
+        """With ``generated_answers``, its graded-answer kinds (:func:`~lightning_edit.data.answers.answer_kinds`)."""
+        return answer_score_kinds(self.generated_answers, self.answer_judge)
+
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)
         rome = any("requested_rewrite" in record for record in records)
@@ -81,8 +86,6 @@ class CounterFact(EditDataModule):
             raise DataFormatError(
                 self.path, "generation=True needs the ROME format; the flat split has no generation prompts"
             )
-        if self.generated_answers:
-            register_answer_kinds(self.generated_answers, self.answer_judge)
         read_case = self._rome_case if rome else self._flat_case
         return [read_case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
 

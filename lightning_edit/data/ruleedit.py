@@ -36,7 +36,7 @@ from lightning_edit.data.ruleedit_files import FILES, answer_list, as_written, h
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges import one_judge
-from lightning_edit.judges.kind import Generation, register_judged_kind
+from lightning_edit.judges.kind import Generation, JudgedKind
 from lightning_edit.resources import resolve_path
 
 VIEWS = ("formula", "description", "instance")
@@ -187,21 +187,21 @@ class RuleEdit(EditDataModule):
             derived[self._name("instance", "RU") + suffix] = row
         return derived
 
-    def _register_judges(self) -> None:
+    def own_kinds(self) -> list[JudgedKind]:
         """The judged kinds: ``judge`` and exact match, on greedy answers of the reference code's length (Loc's: of
         the ground truth's length with ``locality_tokens: expected``)."""
-        spec = one_judge("data.judge", self.judge)
+        spec, kinds = one_judge("data.judge", self.judge), []
         trailing = (".", "\n") if self.answer_cleaning == "dmle" else ()
         for tail in dict.fromkeys(self._judged_tail(metric) for metric in ("Rel", "Loc")):  # the others as Rel
             against_unedited = "_unedited" in tail
             per_token = 1 if "_first_tokens" in tail else self.new_tokens_per_answer_token
             generation = Generation(per_token, stop=(), per_expected_token=True, trailing=trailing)
             judge = "same_text" if "_unedited_string" in tail else spec
-            register_judged_kind(JUDGE_KIND + tail, judge, generation, against_unedited=against_unedited)
-            register_judged_kind(EXACT_MATCH_KIND + tail, "exact_match", generation, against_unedited=against_unedited)
+            for name, by in ((JUDGE_KIND + tail, judge), (EXACT_MATCH_KIND + tail, "exact_match")):
+                kinds.append(JudgedKind(name, by, generation, against_unedited=against_unedited))
+        return kinds
 
     def load_cases(self) -> list[EditCase]:
-        self._register_judges()
         self.noted = []
         if self.task == "hierarchy":
             return self._hierarchy_cases()

@@ -46,8 +46,8 @@ from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges import one_judge
 from lightning_edit.judges.agreement import spearman
-from lightning_edit.judges.kind import Generation, register_judged_kind
-from lightning_edit.scoring.kinds import ScoreKind, Target, register_kind
+from lightning_edit.judges.kind import Generation, JudgedKind
+from lightning_edit.scoring.kinds import ScoreKind, Target
 
 #: the paper's script-generation prompt (appendix A), verbatim; ``{question}`` is a Script Question
 SCRIPT_PROMPT = (
@@ -98,9 +98,6 @@ class Bleedover(ScoreKind):
 
     def value(self, item, current, unedited):
         return max(math.exp(-unedited[0].nll) - math.exp(-current[0].nll), 0.0)
-
-
-register_kind(Bleedover())
 
 
 class ScEdit(EditDataModule):
@@ -168,8 +165,6 @@ class ScEdit(EditDataModule):
                 raise DataFormatError(
                     self.path, f"a {setting} record, but variant is {self.variant!r}", index, other
                 )  # fmt: skip
-        if self.text_level:
-            self._register_judges()
         read_case = self._cf_case if self.variant == "cf" else self._t_case
         cases = []
         for index, record in enumerate(records):
@@ -179,13 +174,18 @@ class ScEdit(EditDataModule):
                 self.skip(index, str(error))
         return cases
 
-    def _register_judges(self) -> None:
-        """The judged kinds of the text level: ``judge`` with each metric's template, on scripts written as
-        :func:`script_generation` writes them."""
+    def own_kinds(self) -> list[ScoreKind]:
+        """S-BO's :class:`Bleedover` and, with ``text_level``, the judged kinds of the text level: ``judge`` with
+        each metric's template, on scripts written as :func:`script_generation` writes them."""
+        if not self.text_level:
+            return [Bleedover()]
         generation = script_generation(self.script_max_new_tokens)
         spec = one_judge("data.judge", self.judge)
-        for template in TEXT_METRICS.values():
-            register_judged_kind(template, spec | {"init_args": spec["init_args"] | {"template": template}}, generation)
+        judged = [
+            JudgedKind(template, spec | {"init_args": spec["init_args"] | {"template": template}}, generation)
+            for template in TEXT_METRICS.values()
+        ]
+        return [Bleedover(), *judged]
 
     def figures(self, results: dict[str, dict[str, Any]], case_scores: dict[str, dict[int, float]]) -> dict[str, Any]:
         """``scedit_spearman`` (with ``text_level``): Spearman's rho between every two metrics, token level and text

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, register_answer_kinds
+from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
 from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.errors import ConfigError
+from lightning_edit.scoring.kinds import ScoreKind
 
 _USED_KEYS = {"case_id", "subject", "src", "rephrase", "alt", "answers", "loc", "loc_ans"}
 
@@ -68,9 +69,11 @@ class ZsRE(EditDataModule):
         self.answer_kinds = answer_kinds(generated_answers, answer_judge)
         self.answer_judge = answer_judge
 
+    def own_kinds(self) -> list[ScoreKind]:
+        """With ``generated_answers``, its graded-answer kinds (:func:`~lightning_edit.data.answers.answer_kinds`)."""
+        return answer_score_kinds(self.generated_answers, self.answer_judge)
+
     def load_cases(self) -> list[EditCase]:
-        if self.generated_answers:
-            register_answer_kinds(self.generated_answers, self.answer_judge)
         cases = []
         for index, record in enumerate(read_records(self.path)):
             case = self._case(RecordReader(self.path, index, record))

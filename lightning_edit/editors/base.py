@@ -12,7 +12,7 @@ the edited parameters; an editor that adds modules or adapters returns one that 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -30,6 +30,7 @@ from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.models.row_updates import RowUpdates
 from lightning_edit.models.saving import save_edited_model
 from lightning_edit.models.snapshot import WeightSnapshot
+from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind
 
 
 class Undo(Protocol):
@@ -121,6 +122,7 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         self._contexts: dict[int, str] = {}  # case id -> in-context text, built before any edit
         self.metrics = nn.ModuleDict()  # created in setup from the benchmark's declared metrics
         self.metric_kinds: dict[str, str] = {}
+        self.score_kinds: Mapping[str, ScoreKind] = BUILTIN_KINDS  # the benchmark's, from setup on
         self.results: dict[str, dict[str, Any]] = {}
         self.case_scores: dict[str, dict[int, float]] = {}  # metric -> case id -> mean over the case's prompts
         self.case_answers: CaseAnswers = {}  # metric -> case id -> prompt index -> generated answer

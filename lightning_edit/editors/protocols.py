@@ -186,7 +186,7 @@ class ProtocolRunner(ModelPlacement):
         return [case for case in kept if case.requests]
 
     def _scorer(self) -> CaseScorer:
-        return CaseScorer(self.model, self.tokenizer, self.scoring)
+        return CaseScorer(self.model, self.tokenizer, self.scoring, self.score_kinds)
 
     @property
     def shows_progress(self) -> bool:

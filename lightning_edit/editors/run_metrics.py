@@ -19,7 +19,6 @@ from torch import nn
 from lightning_edit.data.schema import EditCase
 from lightning_edit.evaluation import Answers, Scores, prompt_weights
 from lightning_edit.metrics import PromptMean
-from lightning_edit.scoring.kinds import score_kind
 
 # metric -> case id -> prompt index -> the text the model answered
 CaseAnswers = dict[str, dict[int, dict[int, str]]]
@@ -27,7 +26,7 @@ CaseAnswers = dict[str, dict[int, dict[int, str]]]
 
 class RunMetrics(LightningModule):
     """The metrics part of :class:`~lightning_edit.editors.base.EditorModule` (which sets ``metrics``,
-    ``metric_kinds``, ``results``, ``case_scores``, ``scoring`` and ``eval_at``)."""
+    ``metric_kinds``, ``score_kinds``, ``results``, ``case_scores``, ``scoring`` and ``eval_at``)."""
 
     def setup(self, stage: str) -> None:
         """Create the metrics the benchmark declares, with their ``_pre`` and ``@n`` variants (validate, test, and
@@ -45,11 +44,9 @@ class RunMetrics(LightningModule):
             names |= {f"{name}@{n}": kind for name, kind in declared.items() if not name.endswith("_pre")}
         order = sorted(names, key=lambda name: ("@" in name, name.endswith("_pre")))
         self.metric_kinds = {name: names[name] for name in order}
+        self.score_kinds = kinds = datamodule.score_kinds  # the benchmark's: scorer, metrics and report share them
         self.metrics = nn.ModuleDict(
-            {
-                name: PromptMean(score_kind(kind).convention, score_kind(kind).higher_is_better)
-                for name, kind in names.items()
-            }
+            {name: PromptMean(kinds[kind].convention, kinds[kind].higher_is_better) for name, kind in names.items()}
         )
 
     def _check_declared(self, cases: list[EditCase]) -> None:

@@ -52,7 +52,7 @@ def one_judge(option: str, judge: Mapping[str, Any]) -> dict[str, Any]:
 def build_judge(spec: str | Mapping[str, Any] | Judge) -> Judge:
     """The judge a config names: a short name of :data:`JUDGES` or a class path, alone or as
     ``{"class_path": ..., "init_args": {...}}``; a :class:`Judge` is returned as it is. Either way the judge is
-    checked (:meth:`Judge.check`: its settings, its API key, its verdict cache), so that a benchmark that registers it
+    checked (:meth:`Judge.check`: its settings, its API key, its verdict cache), so that a benchmark whose kind holds it
     stops on a fault before any edit. Every fault is one line, a :class:`~lightning_edit.errors.ConfigError` that
     starts ``judge <name>:``."""
     if isinstance(spec, Judge):

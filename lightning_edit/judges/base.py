@@ -138,8 +138,9 @@ class Judge:
 
     def check(self) -> None:
         """Raise a one-line :class:`~lightning_edit.errors.ConfigError` if the judge cannot give verdicts: a verdict
-        cache it cannot use (here), a missing API key (subclasses). Benchmarks register their judges before any edit
-        (:func:`~lightning_edit.judges.build_judge` calls it), so a fault stops the run before any weight changes."""
+        cache it cannot use (here), a missing API key (subclasses). A benchmark makes its judged kinds as it reads its
+        cases (:func:`~lightning_edit.judges.build_judge` calls it), so a fault stops the run before any weight
+        changes."""
         self._verdict_cache()
 
     def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:

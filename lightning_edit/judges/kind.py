@@ -1,29 +1,28 @@
 """A judge as a score kind: generate an answer to the prompt, then judge it ("generate, then judge").
 
-Two request types are registered with the scorer (:func:`~lightning_edit.scoring.kinds.register_request`):
-:class:`Generate` (a greedy or sampled continuation, cut at stop strings) and :class:`Judged` (a judge's verdict on
-a generation). The :class:`Judged` runner first runs the generations it needs (each distinct one once, so two judges
-of one answer share its generation), then calls each judge once with all its items. A benchmark registers a judged
-kind by name, with the judge (an instance or a config spec, :func:`~lightning_edit.judges.build_judge`) and its
-generation settings::
+Two request types: :class:`Generate` (a greedy or sampled continuation, cut at stop strings) and :class:`Judged` (a
+judge's verdict on a generation). A :class:`Judged` batch first runs the generations it needs (each distinct one once,
+so two judges of one answer share its generation), then calls each judge once with all its items. A benchmark makes
+a judged kind with its name, its judge (an instance or a config spec, :func:`~lightning_edit.judges.build_judge`)
+and its generation settings, and lists it among its own kinds::
 
-    register_judged_kind("rule_equivalence", {"class_path": "symbolic_math"}, Generation(max_new_tokens=32))
+    JudgedKind("rule_equivalence", {"class_path": "symbolic_math"}, Generation(max_new_tokens=32))
     # then, in a prompt group: metrics={"rule_equivalence": "Rel"}
 
 Per prompt, the judge sees the group's ``details``: ``question`` (default: the prompt without in-context text),
 ``references`` (default: the expected answer) and ``context`` (fields for an LLM judge's template). A missing verdict
 makes the prompt's value None: it is left out of the metric's means and counted as ``n_missing``.
 
-:func:`judge_report` collects, at the end of a run, what every judge did (on every process) for results.json: the
-judge's class and settings (template name and digest), verdicts, how many came from the cache, failed and missing
-ones, and the agreement between judges that scored the same items.
+:func:`judge_report` collects, at the end of a run, what the judges of a benchmark's kinds did (on every process)
+for results.json: the judge's class and settings (template name and digest), verdicts, how many came from the cache,
+failed and missing ones, and the agreement between judges that scored the same items.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -33,9 +32,7 @@ from lightning_edit.judges.agreement import agreement_table
 from lightning_edit.judges.base import Judge, JudgeInput, JudgeStats, Verdict
 from lightning_edit.models.tokenization import encode_prompt, format_prompt
 from lightning_edit.scoring.generation import generate
-from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, register_kind, register_request, run_requests
-
-_JUDGES: dict[str, Judge] = {}
+from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, run_requests
 
 
 @dataclass(frozen=True)
@@ -87,17 +84,57 @@ class Generate(Request):
     per_token_of: str | None = None
     chat_template: bool = False
     trailing: tuple[str, ...] = ()
+    routed: ClassVar[bool] = True
+
+    @classmethod
+    def run(cls, model, tokenizer, requests: list[Generate], batch_size: int, owners=None) -> list[str]:
+        texts: dict[int, str] = {}
+        calls: dict[tuple, list[int]] = {}
+        for i, r in enumerate(requests):
+            budget = answer_budget(tokenizer, r.max_new_tokens, r.per_token_of)
+            calls.setdefault((budget, r.do_sample, r.top_k, r.temperature, r.seed, r.stop), []).append(i)
+        for (max_new_tokens, do_sample, top_k, temperature, seed, stop), indices in calls.items():
+            prompts = [format_prompt(tokenizer, requests[i].prompt, requests[i].chat_template) for i in indices]
+            outputs = generate(
+                model, tokenizer, prompts, max_new_tokens=max_new_tokens, do_sample=do_sample, top_k=top_k,
+                temperature=temperature, stop_strings=stop, seed=seed, batch_size=batch_size,
+                owners=None if owners is None else [owners[i] for i in indices],
+            )  # fmt: skip
+            texts.update((i, without_trailing(text, requests[i].trailing)) for i, text in zip(indices, outputs))
+        return [texts[i] for i in range(len(requests))]
 
 
 @dataclass(frozen=True)
 class Judged(Request):
-    """The verdict of the judge registered as ``judge`` on the text of ``generation`` -> :class:`Verdict`."""
+    """The verdict of ``judge`` on the text of ``generation`` -> :class:`JudgedAnswer` (a judge is equal only to
+    itself: two kinds' judges never share a verdict)."""
 
-    judge: str
+    judge: Judge
     generation: Generate
     question: str
     references: tuple[str, ...]
     context: tuple[tuple[str, str], ...] = ()
+    routed: ClassVar[bool] = True
+
+    @classmethod
+    def run(cls, model, tokenizer, requests: list[Judged], batch_size: int, owners=None) -> list[JudgedAnswer]:
+        generations = [r.generation for r in requests]
+        texts = run_requests(model, tokenizer, generations, batch_size, owners)
+        answers = [
+            (texts[g] if owners is None else texts[owner, g]).strip()
+            for g, owner in zip(generations, owners or [None] * len(requests))
+        ]
+        by_judge: dict[Judge, list[int]] = {}
+        for i, request in enumerate(requests):
+            by_judge.setdefault(request.judge, []).append(i)
+        verdicts: dict[int, Verdict] = {}
+        for judge, indices in by_judge.items():
+            items = [
+                JudgeInput(requests[i].question, requests[i].references, answers[i], requests[i].context)
+                for i in indices
+            ]
+            verdicts.update(zip(indices, judge.judge(items)))
+        return [JudgedAnswer(verdicts[i], answers[i]) for i in range(len(requests))]
 
 
 def answer_budget(tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, per_token_of: str | None) -> int:
@@ -106,23 +143,6 @@ def answer_budget(tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, per_t
     if per_token_of is None:
         return max_new_tokens
     return max_new_tokens * len(tokenizer.encode(per_token_of, add_special_tokens=False))
-
-
-def _run_generate(model, tokenizer, requests: list[Generate], batch_size: int, owners=None) -> list[str]:
-    texts: dict[int, str] = {}
-    calls: dict[tuple, list[int]] = {}
-    for i, r in enumerate(requests):
-        budget = answer_budget(tokenizer, r.max_new_tokens, r.per_token_of)
-        calls.setdefault((budget, r.do_sample, r.top_k, r.temperature, r.seed, r.stop), []).append(i)
-    for (max_new_tokens, do_sample, top_k, temperature, seed, stop), indices in calls.items():
-        prompts = [format_prompt(tokenizer, requests[i].prompt, requests[i].chat_template) for i in indices]
-        outputs = generate(
-            model, tokenizer, prompts, max_new_tokens=max_new_tokens, do_sample=do_sample, top_k=top_k,
-            temperature=temperature, stop_strings=stop, seed=seed, batch_size=batch_size,
-            owners=None if owners is None else [owners[i] for i in indices],
-        )  # fmt: skip
-        texts.update((i, without_trailing(text, requests[i].trailing)) for i, text in zip(indices, outputs))
-    return [texts[i] for i in range(len(requests))]
 
 
 def without_trailing(text: str, trailing: tuple[str, ...]) -> str:
@@ -138,42 +158,28 @@ class JudgedAnswer(NamedTuple):
     answer: str
 
 
-def _run_judged(model, tokenizer, requests: list[Judged], batch_size: int, owners=None) -> list[JudgedAnswer]:
-    generations = [r.generation for r in requests]
-    texts = run_requests(model, tokenizer, generations, batch_size, owners)
-    answers = [
-        (texts[g] if owners is None else texts[owner, g]).strip()
-        for g, owner in zip(generations, owners or [None] * len(requests))
-    ]
-    by_judge: dict[str, list[int]] = {}
-    for i, request in enumerate(requests):
-        by_judge.setdefault(request.judge, []).append(i)
-    verdicts: dict[int, Verdict] = {}
-    for name, indices in by_judge.items():
-        items = [
-            JudgeInput(requests[i].question, requests[i].references, answers[i], requests[i].context) for i in indices
-        ]
-        verdicts.update(zip(indices, judge_named(name).judge(items)))
-    return [JudgedAnswer(verdicts[i], answers[i]) for i in range(len(requests))]
-
-
-register_request(Generate, _run_generate, routed=True)
-register_request(Judged, _run_judged, routed=True)
-
-
 class JudgedKind(ScoreKind):
     """Generate an answer to the prompt, then judge it; the value is the verdict's score (None if missing).
 
     Args:
-        name: the kind's name (and the name its judge is registered under).
-        generation: how the answer is generated.
+        name: the kind's name.
+        judge: the judge: an instance, a short name, a class path or ``{"class_path": ..., "init_args": {...}}``.
+        generation: how the answer is generated (default: :class:`Generation`'s defaults).
         label: a short label for tables (default: ``judged (<judge class>)``).
         against_unedited: the reference is the unedited model's answer to the prompt (generated the same way), not
             the expected answer: a locality that asks whether the answer stayed the same.
     """
 
-    def __init__(self, name: str, generation: Generation, label: str | None = None, against_unedited: bool = False):
-        judge = judge_named(name)
+    def __init__(
+        self,
+        name: str,
+        judge: str | Mapping[str, Any] | Judge,
+        generation: Generation | None = None,
+        label: str | None = None,
+        against_unedited: bool = False,
+    ):
+        self.judge = judge = build_judge(judge)
+        generation = generation or Generation()
         self.name, self.generation, self.against_unedited = name, generation, against_unedited
         self.label = label or f"judged ({type(judge).__name__})"
         how = "sampled" if generation.do_sample else "greedy"
@@ -226,7 +232,7 @@ class JudgedKind(ScoreKind):
         if self.against_unedited:
             return [generation]
         judged = self._input(item, item.details.get("references", item.expected), "")
-        return [Judged(self.name, generation, judged.question, judged.references, judged.context)]
+        return [Judged(self.judge, generation, judged.question, judged.references, judged.context)]
 
     def reference_requests(self, item: PromptItem, config: Any) -> list[Request]:
         return [self._generate(item, item.bare_prompt, config)] if self.against_unedited else []
@@ -234,47 +240,31 @@ class JudgedKind(ScoreKind):
     def value(self, item: PromptItem, current: list, unedited: list) -> float | None:
         if not self.against_unedited:
             return current[0].verdict.score
-        (verdict,) = judge_named(self.name).judge([self._input(item, unedited[0].strip(), current[0].strip())])
+        (verdict,) = self.judge.judge([self._input(item, unedited[0].strip(), current[0].strip())])
         return verdict.score
 
     def answer(self, item: PromptItem, current: list) -> str:
         return current[0].strip() if self.against_unedited else current[0].answer
 
 
-def register_judged_kind(
-    name: str,
-    judge: str | Mapping[str, Any] | Judge,
-    generation: Generation | None = None,
-    label: str | None = None,
-    against_unedited: bool = False,
-) -> JudgedKind:
-    """Register the score kind ``name``: answers generated with ``generation``, judged by ``judge`` (an instance,
-    a short name, a class path or ``{"class_path": ..., "init_args": {...}}``) against the expected answer or, with
-    ``against_unedited``, the unedited model's answer; registering a name again replaces its judge."""
-    _JUDGES[name] = build_judge(judge)
-    kind = JudgedKind(name, generation or Generation(), label, against_unedited)
-    register_kind(kind)
-    return kind
+def judges_of(kinds: Mapping[str, ScoreKind]) -> dict[str, Judge]:
+    """The judge of each judged kind among ``kinds``, by kind name."""
+    return {name: kind.judge for name, kind in kinds.items() if isinstance(kind, JudgedKind)}
 
 
-def judge_named(name: str) -> Judge:
-    """The judge of the judged kind ``name``."""
-    if name not in _JUDGES:
-        raise ValueError(f"no judge is registered as {name!r}; known: {sorted(_JUDGES)}")
-    return _JUDGES[name]
-
-
-def reset_judge_stats() -> None:
-    """Forget this process's judge counts so far (those of a run that stopped, or of a validate without a report)."""
-    for judge in _JUDGES.values():
+def reset_judge_stats(kinds: Mapping[str, ScoreKind]) -> None:
+    """Forget this process's counts so far of the judges of ``kinds`` (a run that stopped, a validate without a
+    report)."""
+    for judge in judges_of(kinds).values():
         judge.take_stats()
 
 
-def judge_report() -> dict[str, Any]:
-    """What the judges did since the last report, summed over every process (each process must call it):
+def judge_report(kinds: Mapping[str, ScoreKind]) -> dict[str, Any]:
+    """What the judges of ``kinds`` did since the last report, summed over every process (each process must call it):
     ``{"judges": {kind: {class, settings, verdicts, from_cache, failed, missing}}, "judge_agreement": [...]}``,
     or ``{}`` if no judge gave a verdict. The judges' counts start again from zero."""
-    local = {name: judge.take_stats() for name, judge in _JUDGES.items() if judge.stats.verdicts}
+    judges = judges_of(kinds)
+    local = {name: judge.take_stats() for name, judge in judges.items() if judge.stats.verdicts}
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         shares: list[Any] = [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(shares, local)
@@ -291,9 +281,9 @@ def judge_report() -> dict[str, Any]:
             total.scores.update(stats.scores)
     if not merged:
         return {}
-    judges = {
+    described = {
         name: {
-            **_JUDGES[name].describe(),
+            **judges[name].describe(),
             "verdicts": stats.verdicts,
             "from_cache": stats.cached,
             "failed": stats.failed,
@@ -301,5 +291,5 @@ def judge_report() -> dict[str, Any]:
         }
         for name, stats in sorted(merged.items())
     }
-    scored = {name: (_JUDGES[name].scale, stats.scores) for name, stats in merged.items()}
-    return {"judges": judges, "judge_agreement": agreement_table(scored)}
+    scored = {name: (judges[name].scale, stats.scores) for name, stats in merged.items()}
+    return {"judges": described, "judge_agreement": agreement_table(scored)}

@@ -9,21 +9,25 @@ A benchmark's prompt group maps score kinds to the metric names it reports, ``{"
 - its convention (written next to every value in results.json) and a short label for tables.
 
 A computation is a :class:`Request`, a hashable value such as ``Target(prompt, answer)`` (teacher-forced scoring) or
-``Sample(prompt, seed, ...)`` (a sampled continuation). The scorer collects the requests of every kind of every prompt,
-runs each distinct request once (one batched runner call per request type, :func:`register_request`) and gives each
-kind the results of its own requests, in the order it asked for them. So kinds that share a pair (``prob``,
-``token_acc``, ``logprob`` and ``agreement`` all read ``Target(prompt, expected)``) cost one forward pass together.
+``Sample(prompt, seed, ...)`` (a sampled continuation), whose type says how to compute a list of them
+(:meth:`Request.run`). The scorer collects the requests of every kind of every prompt, runs each distinct request
+once (one batched call per request type) and gives each kind the results of its own requests, in the order it asked
+for them. So kinds that share a pair (``prob``, ``token_acc``, ``logprob`` and ``agreement`` all read
+``Target(prompt, expected)``) cost one forward pass together.
 
-A benchmark brings its own kind (and, if it needs another computation, its own request type and runner) by
-subclassing :class:`ScoreKind` and calling :func:`register_kind`; nothing in the core changes.
+There is no registry: a benchmark names the kinds its groups use (``EditDataModule.own_kinds``, added to
+:data:`BUILTIN_KINDS`) and the scorer, the metrics and the report take that mapping from it. A benchmark brings its
+own kind (and, if it needs another computation, its own request type) by subclassing :class:`ScoreKind`; nothing in
+the core changes.
 
 The conventions of the built-in kinds are documented in docs/metrics.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -67,7 +71,20 @@ class PromptItem:
 
 
 class Request:
-    """A computation a score kind needs; subclasses are frozen dataclasses with a runner (:func:`register_request`)."""
+    """A computation a score kind needs; subclasses are frozen dataclasses that compute a list of them (:meth:`run`).
+
+    Attributes:
+        routed: :meth:`run` takes ``owners`` (one per request, or None) and runs each forward inside
+            :func:`~lightning_edit.models.row_updates.routed` with its rows' owners, so requests of many
+            independently edited models share its batches; the scorer calls other types once per owner.
+    """
+
+    routed: ClassVar[bool] = False
+
+    @classmethod
+    def run(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, requests: list, batch_size: int) -> list:
+        """The result of each of ``requests`` (all of this type), in order (with ``owners=`` if :attr:`routed`)."""
+        raise NotImplementedError(f"{cls.__name__} says what it computes but not how (Request.run)")
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,12 @@ class Target(Request):
 
     prompt: str
     answer: str
+    routed: ClassVar[bool] = True
+
+    @classmethod
+    def run(cls, model, tokenizer, requests: list[Target], batch_size: int, owners=None) -> list[TargetScore]:
+        prompts, answers = [r.prompt for r in requests], [r.answer for r in requests]
+        return score_targets(model, tokenizer, prompts, answers, batch_size, owners=owners)
 
 
 @dataclass(frozen=True)
@@ -90,20 +113,20 @@ class Sample(Request):
     max_length: int
     top_k: int
 
-
-Runner = Callable[..., list]
-_RUNNERS: dict[type[Request], Runner] = {}
-_ROUTED: set[type[Request]] = set()
-
-
-def register_request(request_type: type[Request], runner: Runner, routed: bool = False) -> None:
-    """Make ``runner(model, tokenizer, requests, batch_size) -> results`` (one per request, in order) compute
-    requests of ``request_type``. A ``routed`` runner also takes ``owners`` (one per request, or None) and runs each
-    forward inside :func:`~lightning_edit.models.row_updates.routed` with its rows' owners, so requests of many
-    independently edited models share its batches; other runners are called once per owner."""
-    _RUNNERS[request_type] = runner
-    if routed:
-        _ROUTED.add(request_type)
+    @classmethod
+    def run(cls, model, tokenizer, requests: list[Sample], batch_size: int) -> list[str]:
+        texts: dict[Sample, str] = {}
+        calls: dict[tuple[int, int, int], list[Sample]] = {}
+        for request in requests:
+            calls.setdefault((request.seed, request.max_length, request.top_k), []).append(request)
+        for (seed, max_length, top_k), group in calls.items():
+            prompts = [r.prompt for r in group]
+            outputs = generate(
+                model, tokenizer, prompts, max_length=max_length, do_sample=True, top_k=top_k, seed=seed,
+                batch_size=batch_size,
+            )  # fmt: skip
+            texts.update(zip(group, outputs))
+        return [texts[r] for r in requests]
 
 
 def run_requests(
@@ -123,48 +146,21 @@ def run_requests(
         by_type.setdefault(type(key if owners is None else key[1]), []).append(key)
     results: dict[Any, Any] = {}
     for request_type, group in by_type.items():
-        if request_type not in _RUNNERS:
-            raise ValueError(f"no runner is registered for requests of type {request_type.__name__}")
-        runner = _RUNNERS[request_type]
         if owners is None:
-            results.update(zip(group, runner(model, tokenizer, group, batch_size)))
-        elif request_type in _ROUTED:
-            values = runner(model, tokenizer, [r for _, r in group], batch_size, owners=[o for o, _ in group])
+            results.update(zip(group, request_type.run(model, tokenizer, group, batch_size)))
+        elif request_type.routed:
+            values = request_type.run(model, tokenizer, [r for _, r in group], batch_size, owners=[o for o, _ in group])
             results.update(zip(group, values))
         else:
             for owner in dict.fromkeys(o for o, _ in group):
                 mine = [key for key in group if key[0] == owner]
                 with routed(model, owner):
-                    results.update(zip(mine, runner(model, tokenizer, [r for _, r in mine], batch_size)))
+                    results.update(zip(mine, request_type.run(model, tokenizer, [r for _, r in mine], batch_size)))
     return results
 
 
-def _run_targets(model, tokenizer, requests: list[Target], batch_size: int, owners=None) -> list[TargetScore]:
-    prompts, answers = [r.prompt for r in requests], [r.answer for r in requests]
-    return score_targets(model, tokenizer, prompts, answers, batch_size, owners=owners)
-
-
-def _run_samples(model, tokenizer, requests: list[Sample], batch_size: int) -> list[str]:
-    texts: dict[Sample, str] = {}
-    calls: dict[tuple[int, int, int], list[Sample]] = {}
-    for request in requests:
-        calls.setdefault((request.seed, request.max_length, request.top_k), []).append(request)
-    for (seed, max_length, top_k), group in calls.items():
-        prompts = [r.prompt for r in group]
-        outputs = generate(
-            model, tokenizer, prompts, max_length=max_length, do_sample=True, top_k=top_k, seed=seed,
-            batch_size=batch_size,
-        )  # fmt: skip
-        texts.update(zip(group, outputs))
-    return [texts[r] for r in requests]
-
-
-register_request(Target, _run_targets, routed=True)
-register_request(Sample, _run_samples)
-
-
 class ScoreKind:
-    """A way of scoring one prompt; subclass it, set the class attributes and register an instance.
+    """A way of scoring one prompt; subclass it and set the class attributes; a benchmark holds the instances.
 
     Attributes:
         name: the key benchmarks use in a prompt group's ``metrics``.
@@ -205,28 +201,30 @@ class ScoreKind:
         return None
 
 
-_KINDS: dict[str, ScoreKind] = {}
+def kinds_by_name(kinds: Iterable[ScoreKind]) -> dict[str, ScoreKind]:
+    """``kinds`` by name; two kinds of one name are an error."""
+    table: dict[str, ScoreKind] = {}
+    for kind in kinds:
+        if kind.name in table:
+            raise ValueError(f"two score kinds are named {kind.name!r}: {type(table[kind.name]).__name__} and "
+                             f"{type(kind).__name__}")  # fmt: skip
+        table[kind.name] = kind
+    return table
 
 
-def register_kind(kind: ScoreKind) -> ScoreKind:
-    """Register ``kind`` under ``kind.name``; registering another class under a taken name is an error."""
-    known = _KINDS.get(kind.name)
-    if known is not None and type(known) is not type(kind):
-        raise ValueError(f"score kind {kind.name!r} is already registered by {type(known).__name__}")
-    _KINDS[kind.name] = kind
-    return kind
-
-
-def score_kind(name: str) -> ScoreKind:
-    """The registered kind called ``name``."""
-    if name not in _KINDS:
-        raise ValueError(f"unknown score kind {name!r}; known: {sorted(_KINDS)}")
-    return _KINDS[name]
-
-
-def score_kinds() -> dict[str, ScoreKind]:
-    """Every registered kind, by name."""
-    return dict(_KINDS)
+def check_metrics(kinds: Mapping[str, ScoreKind], names: Iterable[str], alternatives: bool, filtered: bool) -> None:
+    """Raise ValueError, saying why, unless a prompt group can be scored by the kinds ``names``: each one of
+    ``kinds``, computed per prompt, and the group has ``alternatives`` when a kind compares with one or the group is
+    ``filtered`` before editing (BAKE)."""
+    unknown = [name for name in names if name not in kinds]
+    if unknown:
+        raise ValueError(f"unknown score kind(s) {unknown}; the benchmark's kinds: {sorted(kinds)}")
+    unscored = [name for name in names if not kinds[name].scored]
+    if unscored:
+        raise ValueError(f"score kinds {unscored} are not computed per prompt")
+    comparing = [name for name in names if kinds[name].needs_alternative]
+    if not alternatives and (filtered or comparing):
+        raise ValueError(f"a group filtered before editing or scored by {comparing} needs alternatives")
 
 
 class ProbabilityComparison(ScoreKind):
@@ -307,5 +305,18 @@ class Derived(ScoreKind):
     convention = "computed from the aggregates of other metrics, aggregation by aggregation (see the metric's formula)"
 
 
-for _kind in (ProbabilityComparison, TokenAccuracy, Agreement, LogProbability, GenerationEntropy, Filtered, Derived):
-    register_kind(_kind())
+#: The kinds every benchmark has (read-only); a benchmark adds its own (``EditDataModule.own_kinds``).
+BUILTIN_KINDS: Mapping[str, ScoreKind] = MappingProxyType(
+    kinds_by_name(
+        kind()
+        for kind in (
+            ProbabilityComparison,
+            TokenAccuracy,
+            Agreement,
+            LogProbability,
+            GenerationEntropy,
+            Filtered,
+            Derived,
+        )
+    )
+)

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from lightning_edit.models.row_updates import routed
 from lightning_edit.models.tokenization import encode_prompt
-from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, register_kind, register_request
+from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind
 from lightning_edit.scoring.targets import logits_at, score_targets
 
 Convention = Literal["letter", "cloze"]
@@ -72,6 +72,11 @@ class Choices(Request):
     prompt: str
     options: tuple[str, ...]
     convention: Convention
+    routed: ClassVar[bool] = True
+
+    @classmethod
+    def run(cls, model, tokenizer, requests: list[Choices], batch_size: int, owners=None) -> list[tuple[float, ...]]:
+        return run_choices(model, tokenizer, requests, batch_size, owners)
 
 
 @torch.no_grad()
@@ -137,12 +142,12 @@ QUANTITIES = {
 
 
 def kind_name(convention: Convention, quantity: str) -> str:
-    """The registered name of a multiple-choice kind: ``mc_<quantity>`` (letter) or ``mc_cloze_<quantity>``."""
+    """The name of a multiple-choice kind: ``mc_<quantity>`` (letter) or ``mc_cloze_<quantity>``."""
     return f"mc_{quantity}" if convention == "letter" else f"mc_cloze_{quantity}"
 
 
 class MultipleChoice(ScoreKind):
-    """One quantity of the five-way distribution under one convention; instances registered per pair."""
+    """One quantity of the five-way distribution under one convention (:data:`MULTIPLE_CHOICE_KINDS`)."""
 
     def __init__(self, convention: Convention, quantity: str):
         label, meaning, higher = QUANTITIES[quantity]
@@ -168,7 +173,7 @@ class MultipleChoice(ScoreKind):
         return float(sum(p for p, r in zip(probabilities, item.details["roles"]) if r == role))
 
 
-register_request(Choices, run_choices, routed=True)
-for _convention in CONVENTIONS:
-    for _quantity in QUANTITIES:
-        register_kind(MultipleChoice(_convention, _quantity))
+#: Every quantity under both conventions: the kinds CaseEdit's groups name (``CaseEdit.own_kinds``).
+MULTIPLE_CHOICE_KINDS = tuple(
+    MultipleChoice(convention, quantity) for convention in CONVENTIONS for quantity in QUANTITIES
+)

@@ -8,7 +8,7 @@ import torch
 from lightning import Trainer
 
 from lightning_edit.data import BAKE, CounterFact, ZsRE
-from lightning_edit.data.answers import CONTEXTS, answer_kinds, register_answer_kinds
+from lightning_edit.data.answers import CONTEXTS, answer_kinds, answer_score_kinds
 from lightning_edit.data.base import DataFormatError
 from lightning_edit.editors import NoEdit
 from lightning_edit.errors import ConfigError
@@ -18,7 +18,7 @@ from lightning_edit.judges.exact_match import normalize_answer
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.report import answer_rows, case_rows
 from lightning_edit.resources import resolve_path
-from lightning_edit.scoring.kinds import PromptItem, score_kind
+from lightning_edit.scoring.kinds import PromptItem
 
 TOY = "builtin:models/toy-gpt2"
 
@@ -54,8 +54,7 @@ def test_contains_is_whole_words_after_normalisation():
 
 
 def test_a_qa_instruction_wraps_the_prompt_after_any_in_context_text():
-    register_answer_kinds("qa_inst")
-    kind = score_kind(answer_kinds("qa_inst")["exact"])
+    kind = next(k for k in answer_score_kinds("qa_inst") if k.name == answer_kinds("qa_inst")["exact"])
     item = PromptItem(0, "rewrite", 0, "New fact: X.\nThe capital of Y is", "The capital of Y is", "X", None)
     (judged,) = kind.requests(item, config=None)
     assert judged.generation.prompt == "New fact: X.\n" + CONTEXTS["qa_inst"].format("The capital of Y is")
@@ -114,7 +113,7 @@ def test_the_chat_context_asks_the_prompt_as_a_user_turn_of_the_chat_template(ev
         asked = f"User: {case.groups['paraphrase'].prompts[0]}\nAssistant:"
         said = hand_answer(editor.model, editor.tokenizer, asked).strip()
         assert editor.case_answers["PS_gen"][case.case_id][0] == said
-    assert "chat template" in score_kind(answer_kinds("chat")["exact"]).convention
+    assert "chat template" in data.score_kinds[answer_kinds("chat")["exact"]].convention
 
 
 def test_the_chat_context_needs_a_tokenizer_with_a_chat_template():

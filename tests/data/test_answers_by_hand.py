@@ -90,9 +90,11 @@ def test_answers_stop_rules_and_grades_by_hand(tmp_path, context, family, paddin
     data = CounterFact(str(path), generated_answers=context)
     data.setup()
     config = ScoringConfig(batch_size=8)  # every prompt of both cases in one left-padded batch
-    reference = CaseScorer(scripted_in(tokenizer, context, UNEDITED), tokenizer, config).reference(data.cases)
+    reference = CaseScorer(scripted_in(tokenizer, context, UNEDITED), tokenizer, config, data.score_kinds).reference(
+        data.cases
+    )
     answers = {}
-    scores = CaseScorer(scripted_in(tokenizer, context, EDITED), tokenizer, config).score(
+    scores = CaseScorer(scripted_in(tokenizer, context, EDITED), tokenizer, config, data.score_kinds).score(
         data.cases, reference, answers=answers
     )
     for metric, by_case in ANSWERS.items():

@@ -411,13 +411,13 @@ def test_locality_tokens_expected_judges_the_first_ground_truth_tokens_of_the_an
     the generated answer equals the reference loop's 3x answer cut to that many tokens."""
     from lightning_edit.judges.kind import Generate
     from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
-    from lightning_edit.scoring.kinds import run_requests, score_kind
+    from lightning_edit.scoring.kinds import run_requests
 
     dm = load(BUILTIN, task="formula", limit=2, locality_tokens="expected")
     declared = dm.declared_metrics()
     assert declared["Loc"] == f"{JUDGE_KIND}_first_tokens" and declared["Rel"] == JUDGE_KIND
     assert declared["Loc_exact_match"] == f"{EXACT_MATCH_KIND}_first_tokens"
-    first_tokens, whole = score_kind(f"{JUDGE_KIND}_first_tokens").generation, score_kind(JUDGE_KIND).generation
+    first_tokens, whole = dm.score_kinds[f"{JUDGE_KIND}_first_tokens"].generation, dm.score_kinds[JUDGE_KIND].generation
     assert (first_tokens.max_new_tokens, whole.max_new_tokens) == (1, 3)
     model, tokenizer = load_model_and_tokenizer(ModelSource("builtin:models/tiny-gpt2"))  # never stops early
     group = dm.cases[0].groups["neighborhood"]

@@ -19,8 +19,7 @@ from lightning_edit.data import DataFormatError, ScEdit
 from lightning_edit.data.scedit import SCRIPT_PROMPT, TEXT_METRICS, scedit_cf_record, script_cloze, spearman_matrix
 from lightning_edit.errors import ConfigError
 from lightning_edit.evaluation import CaseScorer, ScoringConfig
-from lightning_edit.judges.kind import Generation, judge_named
-from lightning_edit.scoring.kinds import score_kind
+from lightning_edit.judges.kind import Generation
 
 # fmt: off
 VOCAB = ["<pad>", "<unk>", "The", "tower", "is", "in", "How", "visit", "the", "museum", "Step", "1", "fly", "to",
@@ -112,8 +111,8 @@ def load(tmp_path, records, variant):
 
 
 def scores(tokenizer, data):
-    reference = CaseScorer(BigramLM(UNEDITED), tokenizer, ScoringConfig()).reference(data.cases)
-    edited = CaseScorer(BigramLM(EDITED), tokenizer, ScoringConfig()).score(data.cases, reference)
+    reference = CaseScorer(BigramLM(UNEDITED), tokenizer, ScoringConfig(), data.score_kinds).reference(data.cases)
+    edited = CaseScorer(BigramLM(EDITED), tokenizer, ScoringConfig(), data.score_kinds).score(data.cases, reference)
     return {metric: [value for *_, value in rows] for metric, (_, rows) in edited.items()}
 
 
@@ -213,9 +212,9 @@ def test_text_level_prompts_the_paper_prompt_and_hands_the_judge_the_fact(tmp_pa
             "context": {"prompt": "The tower is in", "target_true": "Paris", "target_new": "Rome"},
         },
     )
-    kind = score_kind("scedit_coherence")  # registered by setup, sampled as the released code, 9 steps at most
+    kind = data.score_kinds["scedit_coherence"]  # the benchmark's own, sampled as the released code, 9 steps at most
     assert kind.generation == Generation(200, do_sample=True, top_k=5, stop=("Step 10",))
-    judge = judge_named("scedit_coherence")  # the paper's by default (no request is made here)
+    judge = kind.judge  # the paper's by default (no request is made here)
     assert (judge.model, judge.template, judge.scale) == ("gpt-4o-2024-11-20", "scedit_coherence", "likert7")
 
 

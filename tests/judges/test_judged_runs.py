@@ -22,7 +22,7 @@ import pytest
 from lightning_edit.data import CounterFact
 from lightning_edit.data.schema import EditCase, PromptGroup
 from lightning_edit.judges.agreement import cohen_kappa, spearman
-from lightning_edit.judges.kind import Generation, register_judged_kind
+from lightning_edit.judges.kind import Generation, JudgedKind
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-run-8d0a61f3c5"
@@ -34,8 +34,10 @@ class JudgedFacts(CounterFact):
     def __init__(self, path: str, judges: dict[str, Any], limit: int | None = None, batch_size: int = 8):
         super().__init__(path, limit=limit, batch_size=batch_size)
         self.judges = judges
-        for metric, spec in judges.items():
-            register_judged_kind(f"judged_{metric}", spec, Generation(max_new_tokens=4, stop=(".", ",", "\n")))
+
+    def own_kinds(self) -> list[JudgedKind]:
+        generation = Generation(max_new_tokens=4, stop=(".", ",", "\n"))
+        return [JudgedKind(f"judged_{metric}", spec, generation) for metric, spec in self.judges.items()]
 
     def load_cases(self) -> list[EditCase]:
         metrics = {f"judged_{metric}": metric for metric in self.judges}

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 from transformers import AutoTokenizer
 
-from lightning_edit.judges.kind import Generate, Generation, JudgedKind, register_judged_kind
+from lightning_edit.judges.kind import Generate, Generation, JudgedKind
 from lightning_edit.resources import resolve_path
 from lightning_edit.scoring import kinds as scoring_kinds
 from lightning_edit.scoring.kinds import PromptItem
@@ -21,7 +21,7 @@ def item(expected: str, prompt: str = "Q:") -> PromptItem:
 def test_the_budget_is_counted_per_token_of_the_expected_answer(monkeypatch, model, bos):
     """DMLE's rule_edit length: 3 new tokens per token of the expected answer, without the BOS token a LLaMA
     tokenizer adds (the reference's ``tok.encode(answer, add_special_tokens=False)``)."""
-    kind = register_judged_kind("test_per_token", "exact_match", Generation(3, stop=(), per_expected_token=True))
+    kind = JudgedKind("test_per_token", "exact_match", Generation(3, stop=(), per_expected_token=True))
     (judged,) = kind.requests(item("P = 2 * (x + y)."), CONFIG)
     assert judged.generation.per_token_of == "P = 2 * (x + y)." and judged.generation.max_new_tokens == 3
     tokenizer = AutoTokenizer.from_pretrained(resolve_path(f"builtin:models/{model}"))
@@ -41,8 +41,8 @@ def test_the_budget_is_counted_per_token_of_the_expected_answer(monkeypatch, mod
 
 
 def test_against_unedited_judges_the_answer_against_the_unedited_models():
-    kind = register_judged_kind("test_unedited", "exact_match", Generation(8), against_unedited=True)
-    assert isinstance(kind, JudgedKind) and "the unedited model's answer" in kind.convention
+    kind = JudgedKind("test_unedited", "exact_match", Generation(8), against_unedited=True)
+    assert "the unedited model's answer" in kind.convention
     prompt = PromptItem(0, "group", 0, "[context] Q:", "Q:", "A = x * y.", None)
     (current,) = kind.requests(prompt, CONFIG)
     (unedited,) = kind.reference_requests(prompt, CONFIG)
@@ -53,7 +53,7 @@ def test_against_unedited_judges_the_answer_against_the_unedited_models():
 
 def test_a_prompt_whose_answer_budget_overflows_the_positions_is_refused_before_any_edit():
     """The check before any edit counts the prompt's tokens and the answer's whole budget (3 per expected token)."""
-    kind = register_judged_kind("test_budget", "exact_match", Generation(3, stop=(), per_expected_token=True))
+    kind = JudgedKind("test_budget", "exact_match", Generation(3, stop=(), per_expected_token=True))
     tokenizer = AutoTokenizer.from_pretrained(resolve_path("builtin:models/toy-gpt2"))
     prompt = item("P = 2 * (x + y).", "The perimeter of a rectangle is")
     needed = len(tokenizer.encode(prompt.prompt)) + 3 * len(tokenizer.encode(prompt.expected, add_special_tokens=False))

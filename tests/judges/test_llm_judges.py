@@ -151,7 +151,7 @@ def test_a_local_judge_scores_a_judged_kind_in_the_scorer(tmp_path):
 
     from lightning_edit.data import CounterFact
     from lightning_edit.evaluation import CaseScorer, ScoringConfig
-    from lightning_edit.judges.kind import Generation, judge_report, register_judged_kind
+    from lightning_edit.judges.kind import Generation, JudgedKind, judge_report
     from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 
     template = tmp_path / "short.txt"
@@ -161,19 +161,19 @@ def test_a_local_judge_scores_a_judged_kind_in_the_scorer(tmp_path):
         "init_args": {"path": "builtin:models/toy-gpt2", "template": str(template), "scale": "binary",
                       "key": "verdict", "max_tokens": 4, "cache_dir": str(tmp_path / "cache")},
     }  # fmt: skip
-    register_judged_kind("test_local_judge", spec, Generation(max_new_tokens=3))
+    kinds = {"test_local_judge": JudgedKind("test_local_judge", spec, Generation(max_new_tokens=3))}
     data = CounterFact("builtin:data/toy/counterfact.json", limit=2)
     data.setup()
     metrics = {"test_local_judge": "LOCAL"}
     cases = [replace(c, groups={"rewrite": replace(c.groups["rewrite"], metrics=metrics)}) for c in data.cases]
     model, tokenizer = load_model_and_tokenizer(ModelSource("builtin:models/toy-gpt2"))
-    kind, rows = CaseScorer(model, tokenizer, ScoringConfig()).score(cases)["LOCAL"]
+    kind, rows = CaseScorer(model, tokenizer, ScoringConfig(), kinds).score(cases)["LOCAL"]
     assert kind == "test_local_judge" and len(rows) == 2
     assert all(value in (0.0, 1.0, None) for *_, value in rows)
-    report = judge_report()
+    report = judge_report(kinds)
     judge = report["judges"]["test_local_judge"]
     assert judge["verdicts"] == 2 and judge["class"] == "lightning_edit.judges.local_lm.LocalLMJudge"
-    assert judge_report() == {}  # the counts start again
+    assert judge_report(kinds) == {}  # the counts start again
 
 
 @pytest.mark.parametrize("setting, value", [("max_tokens", 0), ("temperature", -0.5)])

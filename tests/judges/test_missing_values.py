@@ -6,7 +6,7 @@ from dataclasses import replace
 import torch
 
 from lightning_edit.metrics.prompt_mean import PromptMean, aggregate
-from lightning_edit.scoring.kinds import ScoreKind, Target, register_kind
+from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind, Target
 
 
 def test_missing_rows_are_left_out_and_counted():
@@ -44,12 +44,12 @@ def test_the_scorer_passes_missing_values_on():
     from lightning_edit.evaluation import CaseScorer, ScoringConfig
     from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 
-    register_kind(EveryOtherMissing())
     model, tokenizer = load_model_and_tokenizer(ModelSource("builtin:models/toy-gpt2"))
     data = CounterFact("builtin:data/toy/counterfact.json", limit=2)
     data.setup()
     metrics = {"test_every_other_missing": "half"}
     cases = [replace(c, groups={"paraphrase": replace(c.groups["paraphrase"], metrics=metrics)}) for c in data.cases]
-    scores = CaseScorer(model, tokenizer, ScoringConfig()).score(cases)
+    kinds = {**BUILTIN_KINDS, EveryOtherMissing.name: EveryOtherMissing()}
+    scores = CaseScorer(model, tokenizer, ScoringConfig(), kinds).score(cases)
     values = [value for *_, value in scores["half"][1]]
     assert len(values) == 4 and values[1::2] == [None, None] and all(isinstance(v, float) for v in values[::2])

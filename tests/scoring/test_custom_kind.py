@@ -1,8 +1,10 @@
-"""A benchmark brings its own score kind without touching the package: exact match of a greedy continuation.
+"""A benchmark brings its own score kind and its own judge without touching the package.
 
-The kind, its request type (a greedy generation) and the benchmark are defined here; the test runs them through the
-``lightning-edit`` command (this module is imported by name, as a user's own module would be) under ``single`` and
-``sequential``, on 1 and 2 processes, and checks that both give the same numbers.
+The kind (exact match of a greedy continuation), its request type (a greedy generation), a judge (first words equal)
+and the benchmark are defined here; the test runs them through the ``lightning-edit`` command (this module is
+imported by name, as a user's own module would be) under ``single`` and ``sequential``, on 1 and 2 processes, and
+checks that both give the same numbers. Nothing is registered anywhere: another benchmark may give the same kind name
+another meaning in the same process.
 """
 
 import json
@@ -16,8 +18,10 @@ import pytest
 
 from lightning_edit.data import CounterFact
 from lightning_edit.data.schema import EditCase
+from lightning_edit.judges.base import Judge, JudgeInput, Verdict
+from lightning_edit.judges.kind import Generation, JudgedKind
 from lightning_edit.scoring import generate
-from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind, register_kind, register_request
+from lightning_edit.scoring.kinds import PromptItem, Request, ScoreKind
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,14 +33,14 @@ class Greedy(Request):
     prompt: str
     max_new_tokens: int
 
-
-def run_greedy(model, tokenizer, requests: list[Greedy], batch_size: int) -> list[str]:
-    texts = {}
-    for budget in sorted({r.max_new_tokens for r in requests}):
-        chunk = [r for r in requests if r.max_new_tokens == budget]
-        outputs = generate(model, tokenizer, [r.prompt for r in chunk], max_new_tokens=budget, batch_size=batch_size)
-        texts.update(zip(chunk, outputs))
-    return [texts[r] for r in requests]
+    @classmethod
+    def run(cls, model, tokenizer, requests: list["Greedy"], batch_size: int) -> list[str]:
+        texts = {}
+        for budget in sorted({r.max_new_tokens for r in requests}):
+            chunk = [r for r in requests if r.max_new_tokens == budget]
+            prompts = [r.prompt for r in chunk]
+            texts.update(zip(chunk, generate(model, tokenizer, prompts, max_new_tokens=budget, batch_size=batch_size)))
+        return [texts[r] for r in requests]
 
 
 class ExactMatch(ScoreKind):
@@ -50,23 +54,52 @@ class ExactMatch(ScoreKind):
         return float(current[0].startswith(" " + item.expected))
 
 
-register_request(Greedy, run_greedy)
-register_kind(ExactMatch())
+def first_word(text: str) -> str:
+    return (text.split() or [""])[0].strip(".,")
+
+
+class FirstWordJudge(Judge):
+    """1 if the answer's first word is the reference's first word (a final full stop or comma left out)."""
+
+    convention = "1 if the first words of the answer and of the reference are equal, without a final . or ,"
+
+    def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
+        first = [first_word(item.prediction) == first_word(item.references[0]) for item in items]
+        return [Verdict(float(same), "same first word" if same else "another first word") for same in first]
 
 
 class GreedyCounterFact(CounterFact):
-    """CounterFact with the rewrite prompt also scored by greedy exact match (``EM``)."""
+    """CounterFact with the rewrite prompt also scored by greedy exact match (``EM``) and by :class:`FirstWordJudge`
+    on a generated answer (``FW``)."""
+
+    def own_kinds(self) -> list[ScoreKind]:
+        return [ExactMatch(), JudgedKind("first_word", FirstWordJudge(), Generation(max_new_tokens=4))]
 
     def load_cases(self) -> list[EditCase]:
         cases = super().load_cases()
-        greedy = {"greedy_exact_match": "EM"}
+        greedy = {"greedy_exact_match": "EM", "first_word": "FW"}
         return [
             replace(case, groups=case.groups | {"greedy": replace(case.groups["rewrite"], metrics=greedy)})
             for case in cases
         ]
 
     def declared_metrics(self) -> dict[str, str]:
-        return super().declared_metrics() | {"EM": "greedy_exact_match"}
+        return super().declared_metrics() | {"EM": "greedy_exact_match", "FW": "first_word"}
+
+
+class StillTrue(ExactMatch):
+    """Another benchmark's kind of the same name, another meaning: the greedy continuation starts with the
+    original answer."""
+
+    convention = "1 if the greedy continuation of the prompt starts with ' ' + the original answer"
+
+    def value(self, item: PromptItem, current, unedited) -> float:
+        return float(current[0].startswith(" " + item.alternative))
+
+
+class StillTrueCounterFact(GreedyCounterFact):
+    def own_kinds(self) -> list[ScoreKind]:
+        return [StillTrue(), JudgedKind("first_word", "exact_match", Generation(max_new_tokens=4))]
 
 
 def validate(tmp_path: Path, name: str, devices: int, protocol: str) -> tuple[dict, list[dict]]:
@@ -102,10 +135,16 @@ def validate(tmp_path: Path, name: str, devices: int, protocol: str) -> tuple[di
 def test_own_kind_on_one_and_two_processes(tmp_path, protocol):
     one, one_cases = validate(tmp_path, "one", 1, protocol)
     two, two_cases = validate(tmp_path, "two", 2, protocol)
-    em = one["metrics"]["EM"]
+    em, fw = one["metrics"]["EM"], one["metrics"]["FW"]
     assert em["kind"] == "greedy_exact_match" and em["convention"] == ExactMatch.convention
     assert one["metrics"]["EM_pre"]["macro"] == 0.0  # the unedited model continues with the true answer
     assert em["macro"] > 0.5  # ROME's edits reach greedy decoding
+    assert fw["kind"] == "first_word" and FirstWordJudge.convention in fw["convention"]
+    assert fw["macro"] >= em["macro"] and one["metrics"]["FW_pre"]["macro"] < fw["macro"]
+    for results in (one, two):  # the judge's own report, gathered from every process
+        assert results["judges"]["first_word"]["class"] == f"{Path(__file__).stem}.FirstWordJudge"
+    checkpoint = 3 if protocol == "sequential" else 0  # the cases eval_at scores after 3 edits
+    assert one["judges"]["first_word"]["verdicts"] == 2 * 6 + checkpoint  # each case before and after its edit
     if protocol == "sequential":
         assert one["metrics"]["EM@3"]["n_cases"] == 3
     assert one["metrics"].keys() == two["metrics"].keys()
@@ -113,18 +152,34 @@ def test_own_kind_on_one_and_two_processes(tmp_path, protocol):
         assert two["metrics"][name]["n_cases"] == result["n_cases"], name
         for aggregation in ("macro", "micro"):
             assert two["metrics"][name][aggregation] == pytest.approx(result[aggregation], abs=1e-6), name
-    assert [c["scores"]["EM"] for c in one_cases] == [c["scores"]["EM"] for c in two_cases]
+    for metric in ("EM", "FW"):
+        assert [c["scores"][metric] for c in one_cases] == [c["scores"][metric] for c in two_cases], metric
 
 
-def test_the_kind_is_scored_in_process():
-    """Without the CLI: the scorer runs the kind's own request type through its runner."""
+def scored_in_process(data: GreedyCounterFact) -> dict:
+    """The unedited toy GPT-2's scores of the first 3 cases, without the CLI: the scorer runs the kinds' own request
+    types and judges."""
     from lightning_edit.evaluation import CaseScorer, ScoringConfig
     from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(ModelSource("builtin:models/toy-gpt2"))
-    data = GreedyCounterFact("builtin:data/toy/counterfact.json", limit=3)
     data.setup()
-    scorer = CaseScorer(model, tokenizer, ScoringConfig())
-    scores = scorer.score(data.cases, scorer.reference(data.cases))
-    assert scores["EM"][0] == "greedy_exact_match"
+    scorer = CaseScorer(model, tokenizer, ScoringConfig(), data.score_kinds)
+    return scorer.score(data.cases, scorer.reference(data.cases))
+
+
+def test_the_kind_is_scored_in_process():
+    scores = scored_in_process(GreedyCounterFact("builtin:data/toy/counterfact.json", limit=3))
+    assert scores["EM"][0] == "greedy_exact_match" and scores["FW"][0] == "first_word"
     assert [value for *_, value in scores["EM"][1]] == [0.0, 0.0, 0.0]  # the toy model knows the true answers
+
+
+def test_another_benchmark_gives_the_same_names_another_meaning():
+    """No state outlives a benchmark: the same kind names, other behaviour, in the same process, then the first
+    benchmark again unchanged."""
+    path = "builtin:data/toy/counterfact.json"
+    still_true = scored_in_process(StillTrueCounterFact(path, limit=3))
+    assert [value for *_, value in still_true["EM"][1]] == [1.0, 1.0, 1.0]  # the unedited model says the true answer
+    assert [value for *_, value in still_true["FW"][1]] == [0.0, 0.0, 0.0]  # exact match of 4 tokens: never
+    again = scored_in_process(GreedyCounterFact(path, limit=3))
+    assert [value for *_, value in again["EM"][1]] == [0.0, 0.0, 0.0]

@@ -1,19 +1,21 @@
-"""The score-kind registry: built-in kinds, registration rules, request de-duplication and schema validation."""
+"""Score kinds: the built-in ones, kind tables and their checks, request de-duplication, and the benchmark's check
+of its prompt groups."""
 
 from dataclasses import dataclass
 
 import pytest
 
+from lightning_edit.data import CounterFact
+from lightning_edit.data.base import DataFormatError
 from lightning_edit.data.schema import PromptGroup
 from lightning_edit.scoring.kinds import (
+    BUILTIN_KINDS,
     Request,
     ScoreKind,
     Target,
-    register_kind,
-    register_request,
+    check_metrics,
+    kinds_by_name,
     run_requests,
-    score_kind,
-    score_kinds,
 )
 
 
@@ -27,60 +29,75 @@ def test_built_in_kinds_and_their_labels():
         "filtered": "left out by the pre-edit filter",
         "derived": "derived",
     }
-    assert {name: kind.label for name, kind in score_kinds().items() if name in built_in} == built_in
-    assert score_kind("prob").needs_alternative and not score_kind("token_acc").needs_alternative
-    assert not score_kind("filtered").scored and not score_kind("derived").scored
-    assert "ROME/MEMIT CounterFact ES/PS/NS" in score_kind("prob").convention
+    assert {name: kind.label for name, kind in BUILTIN_KINDS.items()} == built_in
+    assert BUILTIN_KINDS["prob"].needs_alternative and not BUILTIN_KINDS["token_acc"].needs_alternative
+    assert not BUILTIN_KINDS["filtered"].scored and not BUILTIN_KINDS["derived"].scored
+    assert "ROME/MEMIT CounterFact ES/PS/NS" in BUILTIN_KINDS["prob"].convention
+    with pytest.raises(TypeError):
+        BUILTIN_KINDS["mine"] = BUILTIN_KINDS["prob"]  # read-only: nothing registers into it
 
 
-def test_unknown_kind_names_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown score kind 'nope'; known: \[.*'prob'"):
-        score_kind("nope")
-
-
-def test_another_class_cannot_take_a_registered_name():
+def test_two_kinds_of_one_name_are_an_error():
     class Impostor(ScoreKind):
         name, label, convention = "prob", "x", "x"
 
-    with pytest.raises(ValueError, match="'prob' is already registered by ProbabilityComparison"):
-        register_kind(Impostor())
+    with pytest.raises(ValueError, match="two score kinds are named 'prob': ProbabilityComparison and Impostor"):
+        kinds_by_name([*BUILTIN_KINDS.values(), Impostor()])
 
 
-def test_schema_validates_metrics_against_the_registry():
-    with pytest.raises(ValueError, match="unknown score kind 'bleu'"):
-        PromptGroup.shared_answer(["p"], "a", bleu="BLEU")
+def test_a_group_is_checked_against_the_kinds():
+    check_metrics(BUILTIN_KINDS, ["prob", "token_acc"], alternatives=True, filtered=False)
+    with pytest.raises(ValueError, match=r"unknown score kind\(s\) \['bleu'\]; the benchmark's kinds: \[.*'prob'"):
+        check_metrics(BUILTIN_KINDS, ["bleu"], alternatives=False, filtered=False)
     with pytest.raises(ValueError, match="not computed per prompt"):
-        PromptGroup.shared_answer(["p"], "a", derived="S")
+        check_metrics(BUILTIN_KINDS, ["derived"], alternatives=False, filtered=False)
     with pytest.raises(ValueError, match=r"scored by \['prob'\] needs alternatives"):
-        PromptGroup.shared_answer(["p"], "a", prob="ES")
+        check_metrics(BUILTIN_KINDS, ["prob"], alternatives=False, filtered=False)
+    with pytest.raises(ValueError, match=r"filtered before editing or scored by \[\] needs alternatives"):
+        check_metrics(BUILTIN_KINDS, ["token_acc"], alternatives=False, filtered=True)
     with pytest.raises(ValueError, match="1 prompts but 2 details"):
         PromptGroup(("p",), ("a",), details=({}, {}))
+
+
+class MisnamedGroup(CounterFact):
+    """A benchmark whose rewrite group names a kind it does not have."""
+
+    def load_cases(self):
+        from dataclasses import replace
+
+        cases = super().load_cases()
+        return [replace(cases[0], groups={"rewrite": replace(cases[0].groups["rewrite"], metrics={"bleu": "ES"})})]
+
+
+def test_the_benchmark_checks_its_groups_naming_the_record():
+    data = MisnamedGroup("builtin:data/toy/counterfact.json")
+    with pytest.raises(DataFormatError, match=r"counterfact.json: record 0: field 'rewrite': prompt group: unknown"):
+        data.setup()
 
 
 @dataclass(frozen=True)
 class Echo(Request):
     text: str
+    calls = []  # a class attribute, not a field: the batches it was asked
 
-
-def test_each_distinct_request_runs_once_in_one_runner_call_per_type():
-    calls = []
-
-    def echo(model, tokenizer, requests, batch_size):
-        calls.append([r.text for r in requests])
+    @classmethod
+    def run(cls, model, tokenizer, requests, batch_size):
+        cls.calls.append([r.text for r in requests])
         return [r.text.upper() for r in requests]
 
-    register_request(Echo, echo)
+
+def test_each_distinct_request_runs_once_in_one_call_per_type():
     results = run_requests(None, None, [Echo("a"), Echo("b"), Echo("a")], batch_size=4)
-    assert calls == [["a", "b"]]
+    assert Echo.calls == [["a", "b"]]
     assert results == {Echo("a"): "A", Echo("b"): "B"}
 
 
-def test_a_request_type_without_runner_is_an_error():
+def test_a_request_type_that_does_not_say_how_is_an_error():
     @dataclass(frozen=True)
     class Orphan(Request):
         x: int
 
-    with pytest.raises(ValueError, match="no runner is registered for requests of type Orphan"):
+    with pytest.raises(NotImplementedError, match="Orphan says what it computes but not how"):
         run_requests(None, None, [Orphan(1)], batch_size=1)
 
 

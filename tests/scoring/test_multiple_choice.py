@@ -99,7 +99,9 @@ def test_letter_scores_equal_hand_computed_values(tmp_path, name, chat, cue, tok
     assert data.cases[0].groups["reliability"].prompts[0].endswith("\nE. pantry\n" + cue)
     prompt = format_prompt(tok, data.cases[0].groups["reliability"].prompts[0], chat)
     assert letter_tokens(tok, prompt) == tokens
-    scores = CaseScorer(letter_model(tok, prompt), tok, ScoringConfig(chat_template=chat)).score(data.cases)
+    scores = CaseScorer(letter_model(tok, prompt), tok, ScoringConfig(chat_template=chat), data.score_kinds).score(
+        data.cases
+    )
     value = {metric: values[0][2] for metric, (_, values) in scores.items()}
     # B is the new truth and the answer of reliability; C the previous truth and the answer of locality
     assert value["reliability_p_new"] == pytest.approx(probs[1], abs=1e-6)
@@ -130,7 +132,7 @@ def test_accuracy_is_the_argmax_letter(tmp_path):
     data.setup()
     prompt = data.cases[0].groups["reliability"].prompts[0]
     assert prompt == "Where is it?\nA. garage\nB. kitchen\nC. attic\nD. cellar\nE. pantry\nAnswer:"
-    scores = CaseScorer(letter_model(tok, prompt), tok, ScoringConfig()).score(data.cases)
+    scores = CaseScorer(letter_model(tok, prompt), tok, ScoringConfig(), data.score_kinds).score(data.cases)
     assert scores["reliability_acc"][1][0][2] == 1.0 and scores["locality_acc"][1][0][2] == 0.0
     assert scores["reliability_p_new"][1][0][2] == pytest.approx(0.5, abs=1e-6)
 
@@ -138,9 +140,10 @@ def test_accuracy_is_the_argmax_letter(tmp_path):
 def test_a_letter_without_a_token_of_its_own_is_an_error(tmp_path):
     """The toy GPT-2's vocabulary has no ``ĠE``: " E" is two tokens, so the letter convention cannot read it."""
     data, tok = benchmark(tmp_path, "letter"), tokenizer("toy-gpt2")
+    scorer = CaseScorer(RowLM(len(tok), {}), tok, ScoringConfig(), data.score_kinds)
     with pytest.raises(ValueError, match=r"letter 'E' .* not one token of its own: \['Ġ', 'E'\]"):
-        CaseScorer(RowLM(len(tok), {}), tok, ScoringConfig()).score(data.cases)
-    problems = list(CaseScorer(RowLM(len(tok), {}), tok, ScoringConfig()).check(data.cases))  # before any edit
+        scorer.score(data.cases)
+    problems = list(scorer.check(data.cases))  # before any edit
     assert {(case.case_id, group) for case, group, _ in problems} == {(0, q) for q in data.cases[0].groups}
     assert all("a prompt ending in a newline reads the bare letters" in reason for _, _, reason in problems)
 
@@ -153,7 +156,7 @@ def test_cloze_is_the_softmax_of_option_likelihoods(tmp_path, name):
     ids = [encode_prompt_target(tok, stem, room)[1] for room in ROOMS]
     assert all(len(i) == 1 for i in ids)  # one token each: the mean log-likelihood is the next-token one
     model = RowLM(len(tok), {encode_prompt(tok, stem)[-1]: {i[0]: p for i, p in zip(ids, CLOZE)}})
-    scores = CaseScorer(model, tok, ScoringConfig()).score(data.cases)
+    scores = CaseScorer(model, tok, ScoringConfig(), data.score_kinds).score(data.cases)
     expected = [p / sum(CLOZE) for p in CLOZE]  # 0.5, 0.25, 0.125, 0.0625, 0.0625
     assert scores["reliability_p_new"][1][0][2] == pytest.approx(expected[1], abs=1e-6)
     assert scores["reliability_p_true"][1][0][2] == pytest.approx(expected[2], abs=1e-6)
