@@ -8,9 +8,9 @@
 Edits of the shipped toy world drawn as the shipped files were, with other seeds, and none of a (subject, relation)
 pair of the shipped BAKE or CounterFact files, so no shipped test edit is tuned on:
 
-- ``bake_dev.json``: ``ToyWorld.bake_records`` with the seeds ``world.seed + k``, k = 1 ... 59, keeping the first
+- ``bake_dev.json``: ``bake_records`` with the seeds ``world.seed + k``, k = 1 ... 59, keeping the first
   edit of each (subject, relation, new object);
-- ``counterfact_dev.json``: the first 100 records of ``ToyWorld.counterfact_records`` with the seed
+- ``counterfact_dev.json``: the first 100 records of ``counterfact_records`` with the seed
   ``world.seed + 1000``, then the first 100 with ``world.seed + 2000`` of a pair not drawn yet.
 
 The toy rule model knows only the 79 rules, so its held-out set (``ruleedit_dev/``, the RuleEdit-200 format) edits
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from lightning_edit.data.base import read_records
 from lightning_edit.resources import resolve_path
+from lightning_edit.toy.benchmark_records import bake_records, counterfact_records
 from lightning_edit.toy.world import ToyWorld, load_toy_world
 
 SHIPPED = ("builtin:data/toy/bake_qa.json", "builtin:data/toy/counterfact.json")
@@ -40,7 +41,7 @@ def heldout_bake(world: ToyWorld, taken: set[tuple[str, str]], draws: int = 59) 
     """The first edit of each (subject, relation, new object) of ``draws`` BAKE draws, none of a ``taken`` pair."""
     records, seen = [], set()
     for k in range(1, draws + 1):
-        for record in replace(world, seed=world.seed + k).bake_records(len(world.facts)):
+        for record in bake_records(replace(world, seed=world.seed + k), len(world.facts)):
             edit = (*pair(record), record["requested_rewrite"]["target_new"]["str"])
             if pair(record) not in taken and edit not in seen:
                 seen.add(edit)
@@ -52,7 +53,7 @@ def heldout_counterfact(world: ToyWorld, taken: set[tuple[str, str]], per_draw: 
     """The first ``per_draw`` CounterFact edits of the seeds + 1000 and + 2000 of a pair neither taken nor drawn."""
     taken, records = set(taken), []
     for offset in (1000, 2000):
-        drawn = replace(world, seed=world.seed + offset).counterfact_records(len(world.facts))
+        drawn = counterfact_records(replace(world, seed=world.seed + offset), len(world.facts))
         for record in [r for r in drawn if pair(r) not in taken][:per_draw]:
             taken.add(pair(record))
             records.append({**record, "case_id": len(records)})

@@ -61,6 +61,19 @@ class ConfigError(UserError, ValueError):
     """A setting out of range, or settings that contradict each other; names the option and the valid values."""
 
 
+class DataFormatError(UserError, ValueError):
+    """A benchmark file that does not have the expected format; names the file, record and field."""
+
+    def __init__(self, path: str | Path, message: str, index: int | None = None, field: str | None = None):
+        where = str(path)
+        if index is not None:
+            where += f": record {index}"
+        if field is not None:
+            where += f": field {field!r}"
+        super().__init__(f"{where}: {message}")
+        self.path, self.index, self.field = str(path), index, field
+
+
 class Interrupted(UserError):
     """The run stopped at a safe point after a signal (SIGTERM); the message says what was saved and how to resume.
 

@@ -1,6 +1,6 @@
 """Score the prompt groups of edit cases: every computation they need, each run once, batched.
 
-:class:`CaseScorer` turns :class:`~lightning_edit.data.schema.EditCase` prompt groups into per-prompt scores of the
+:class:`CaseScorer` turns :class:`~lightning_edit.cases.EditCase` prompt groups into per-prompt scores of the
 kinds each group asks for. A kind (:mod:`lightning_edit.scoring.kinds`) says what it needs computed; requests shared
 between kinds (the expected answer is read by ``prob``, ``token_acc``, ``logprob`` and ``agreement``) are run once,
 in one batched pass per request type. The unedited model's results (:meth:`CaseScorer.reference`) serve locality by
@@ -16,7 +16,7 @@ from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.data.schema import EditCase, PromptGroup
+from lightning_edit.cases import EditCase, PromptGroup
 from lightning_edit.models.tokenization import format_prompt
 from lightning_edit.scoring import TargetScore
 from lightning_edit.scoring.kinds import BUILTIN_KINDS, PromptItem, Request, ScoreKind, Stage, Target, run_requests
@@ -192,7 +192,7 @@ class CaseScorer:
 
 def prompt_weights(cases: list[EditCase]) -> dict[tuple[str, int, int], float]:
     """``(metric, case id, prompt index) -> weight`` of the prompts of groups weighted other than 1
-    (:attr:`~lightning_edit.data.schema.PromptGroup.weight`), indexed as :meth:`CaseScorer.score` indexes them."""
+    (:attr:`~lightning_edit.cases.PromptGroup.weight`), indexed as :meth:`CaseScorer.score` indexes them."""
     offsets = _prompt_offsets(cases)
     weights: dict[tuple[str, int, int], float] = {}
     for case in cases:

@@ -25,8 +25,8 @@ from typing import Any
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_edit.cases import EditCase
 from lightning_edit.data.base import EditDataModule
-from lightning_edit.data.schema import EditCase
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.run_metrics import CaseAnswers
 from lightning_edit.errors import redact

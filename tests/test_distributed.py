@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from torch.utils.data import DistributedSampler
 
+from lightning_edit.cases import edit_batch_loader, loader_cases
 from lightning_edit.cli import build_cli
 from lightning_edit.data import CounterFact
-from lightning_edit.data.base import edit_batch_loader, loader_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 

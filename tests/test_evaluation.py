@@ -22,7 +22,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import PreTrainedTokenizerFast
 
-from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
+from lightning_edit.cases import EditCase, EditRequest, PromptGroup
 from lightning_edit.evaluation import CaseScorer, ScoringConfig
 from lightning_edit.metrics import PromptMean
 from lightning_edit.scoring import score_targets

@@ -1,7 +1,8 @@
 """Benchmarks: one small :class:`EditDataModule` per dataset, yielding :class:`EditCase` batches.
 
 The names below load their module when first used (PEP 562), so that importing one module of the package does not
-import every benchmark and what each needs (sympy, openai): an editor reads only ``data.schema``. ``lightning-edit``
+import every benchmark and what each needs (sympy, openai): an editor reads none of them, only
+:mod:`lightning_edit.cases`. ``lightning-edit``
 imports them all (:func:`import_all`), for the short names of ``--data``.
 """
 
@@ -18,9 +19,6 @@ EXPORTS = {
     "ZsRE": "zsre",
     "DataFormatError": "base",
     "EditDataModule": "base",
-    "EditCase": "schema",
-    "EditRequest": "schema",
-    "PromptGroup": "schema",
 }
 __all__ = sorted(EXPORTS)
 

@@ -29,10 +29,10 @@ import logging
 import math
 from typing import Any, Literal
 
+from lightning_edit.cases import EditCase, PromptGroup
 from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
 from lightning_edit.data.counterfact import rome_request
-from lightning_edit.data.schema import EditCase, PromptGroup
 from lightning_edit.errors import ConfigError
 from lightning_edit.scoring.kinds import ScoreKind
 

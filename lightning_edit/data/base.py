@@ -1,7 +1,7 @@
 """The benchmark base class and the record-reading helpers every loader uses.
 
 A benchmark is a small :class:`EditDataModule` subclass that reads its official file format in
-:meth:`EditDataModule.load_cases` and turns each record into an :class:`~lightning_edit.data.schema.EditCase`.
+:meth:`EditDataModule.load_cases` and turns each record into an :class:`~lightning_edit.cases.EditCase`.
 Any problem with the input raises :class:`DataFormatError` naming the file, the record and the field, during
 ``setup``, that is before any weight is touched.
 """
@@ -18,28 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from lightning import LightningDataModule
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from lightning_edit.data.schema import EditCase
+from lightning_edit.cases import EditCase, case_error, edit_batch_loader
 from lightning_edit.data.sources import fetch, is_known, local_path
-from lightning_edit.errors import ConfigError, UserError
+from lightning_edit.errors import ConfigError, DataFormatError
 from lightning_edit.resources import resolve_path
 from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind, check_metrics, kinds_by_name
 
 log = logging.getLogger(__name__)
-
-
-class DataFormatError(UserError, ValueError):
-    """A benchmark file that does not have the expected format; names the file, record and field."""
-
-    def __init__(self, path: str | Path, message: str, index: int | None = None, field: str | None = None):
-        where = str(path)
-        if index is not None:
-            where += f": record {index}"
-        if field is not None:
-            where += f": field {field!r}"
-        super().__init__(f"{where}: {message}")
-        self.path, self.index, self.field = str(path), index, field
 
 
 #: why a JSON document that Python's parser cannot read (``[`` nested 100,000 deep) is refused
@@ -93,14 +80,6 @@ def _record_index(source: str) -> int | None:
     """The record index of an :attr:`EditCase.source` of the form ``file#index`` (None for other sources)."""
     _, _, index = source.rpartition("#")
     return int(index) if index.isdigit() else None
-
-
-def case_error(case: EditCase, field: str, message: str) -> DataFormatError:
-    """A :class:`DataFormatError` naming the file and record a case came from (its ``source``) and ``field``."""
-    path, hash_sign, index = case.source.rpartition("#")
-    if not hash_sign or not index.isdigit():
-        return DataFormatError(case.source or f"case {case.case_id}", message, None, field)
-    return DataFormatError(path, message, int(index), field)
 
 
 class RecordReader:
@@ -164,49 +143,6 @@ class RecordReader:
         return prompt.replace(subject, "{}", 1)
 
 
-class EditBatches(Dataset):
-    """Edit cases in batches of ``batch_size`` consecutive cases; item ``i`` is the ``i``-th batch (a list of cases).
-
-    The batch, not the case, is what a distributed sampler shards, so a batch holds the same cases on any number of
-    processes and the ``batch`` protocol edits them together whatever the world size.
-    """
-
-    def __init__(self, cases: list[EditCase], batch_size: int):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self.cases, self.batch_size = cases, batch_size
-
-    def __len__(self) -> int:
-        return -(-len(self.cases) // self.batch_size)
-
-    def __getitem__(self, index: int) -> list[EditCase]:
-        return self.cases[index * self.batch_size : (index + 1) * self.batch_size]
-
-
-def _unwrap(items: list[list[EditCase]]) -> list[EditCase]:
-    return items[0]
-
-
-def edit_batch_loader(cases: list[EditCase], batch_size: int) -> DataLoader:
-    """A DataLoader whose batches are lists of ``batch_size`` consecutive edit cases (see :class:`EditBatches`)."""
-    return DataLoader(EditBatches(cases, batch_size), batch_size=1, shuffle=False, collate_fn=_unwrap)
-
-
-def loader_cases(loader: DataLoader, local: bool = False) -> list[EditCase]:
-    """The edit cases of a loader: all of them, or (``local``) those its sampler gives this process, once each.
-
-    Works for :func:`edit_batch_loader` loaders and for loaders over a plain list of cases.
-    """
-    dataset = loader.dataset
-    indices = [i for batch in loader.batch_sampler for i in batch] if local else range(len(dataset))
-    cases: dict[int, EditCase] = {}
-    for index in indices:
-        item = dataset[index]
-        for case in item if isinstance(item, list) else [item]:
-            cases.setdefault(case.case_id, case)  # a distributed sampler repeats items to even out the shards
-    return list(cases.values())
-
-
 class EditDataModule(LightningDataModule, ABC):
     """A benchmark: reads edit cases from ``path`` and serves them in batches of cases.
 
@@ -267,6 +203,15 @@ class EditDataModule(LightningDataModule, ABC):
         """Every kind its prompt groups may name, by name: the built-in ones and :meth:`own_kinds`, made once, so
         the scorer, the metrics and the report of a run share these instances (and their judges)."""
         return kinds_by_name([*BUILTIN_KINDS.values(), *self.own_kinds()])
+
+    def demonstration_cases(self, path: str | None) -> list[EditCase]:
+        """The cases of ``path``, a file in a CounterFact format (ROME or flat; BAKE's too), that in-context editors
+        build demonstrations from (``in_context.pool``); none without a path."""
+        if path is None:
+            return []
+        from lightning_edit.data.counterfact import CounterFact  # a subclass: imported when used
+
+        return CounterFact(path).load_cases()
 
     def skip(self, index: int | None, reason: str, file: str | Path | None = None) -> None:
         """Leave a record out, on the record: skipped records are counted and listed in results.json.

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from lightning_edit.cases import EditCase, EditRequest, PromptGroup
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
-from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.models.tokenization import format_prompt
 from lightning_edit.scoring.kinds import ScoreKind
 from lightning_edit.scoring.multiple_choice import (

@@ -11,7 +11,7 @@ A training example is an edit (prompt, subject, ``target_new``), the *equivalent
 
 The examples come from the benchmark readers (:class:`~lightning_edit.data.CounterFact`,
 :class:`~lightning_edit.data.ZsRE`), so records are checked as in evaluation. Validation yields
-:class:`~lightning_edit.data.schema.EditCase` batches, scored by the editor's own protocol (ES, PS, NS, ...).
+:class:`~lightning_edit.cases.EditCase` batches, scored by the editor's own protocol (ES, PS, NS, ...).
 
 Training batches are drawn in a seeded order per epoch; the DataModule's state (saved in Lightning checkpoints) holds
 the position reached, so a fit resumed mid-epoch continues with the next batch of the same order. A subclass supplies
@@ -21,39 +21,22 @@ other edits by overriding :meth:`EditTraining.load_splits` (the toy world's: :mo
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import torch
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Sampler
 
-from lightning_edit.data.base import DataFormatError, edit_batch_loader
+from lightning_edit.cases import EditCase, TrainingEdit, edit_batch_loader
 from lightning_edit.data.counterfact import CounterFact
-from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.data.zsre import ZsRE
+from lightning_edit.errors import DataFormatError
+from lightning_edit.scoring.kinds import ScoreKind
 
 Source = Literal["counterfact", "zsre"]
 #: Prompt groups of each benchmark: (equivalent prompts, locality prompts).
 _GROUPS = {"counterfact": ("paraphrase", "neighborhood"), "zsre": ("rephrase", "locality")}
-
-
-@dataclass(frozen=True)
-class TrainingEdit:
-    """One edit-training example.
-
-    Args:
-        request: the edit.
-        equivalent: (prompt, target) pairs that should follow the edit (paraphrases with ``target_new``).
-        locality: (prompt, answer) pairs whose predictions should not change.
-        case_id: the case it comes from.
-    """
-
-    request: EditRequest
-    equivalent: tuple[tuple[str, str], ...]
-    locality: tuple[tuple[str, str], ...]
-    case_id: int
 
 
 class EpochOrder(Sampler[int]):
@@ -127,6 +110,11 @@ class EditTraining(LightningDataModule):
     def declared_metrics(self) -> dict[str, str]:
         """The metrics of the validation cases: those of the benchmark the files are read as."""
         return self._reader(self.val_path or self.train_path or "").declared_metrics()
+
+    @property
+    def score_kinds(self) -> Mapping[str, ScoreKind]:
+        """The score kinds of its benchmark's groups (those of the reader of :meth:`declared_metrics`)."""
+        return self._reader(self.val_path or self.train_path or "").score_kinds
 
     def derived_metrics(self, results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return {}

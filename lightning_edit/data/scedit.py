@@ -41,8 +41,8 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from lightning_edit.cases import EditCase, EditRequest, PromptGroup
 from lightning_edit.data.base import DataFormatError, EditDataModule, RecordReader, read_records
-from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges import one_judge
 from lightning_edit.judges.agreement import spearman

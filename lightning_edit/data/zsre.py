@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from lightning_edit.cases import EditCase, EditRequest, PromptGroup
 from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
 from lightning_edit.data.base import EditDataModule, RecordReader, read_records
-from lightning_edit.data.schema import EditCase, EditRequest, PromptGroup
 from lightning_edit.errors import ConfigError
 from lightning_edit.scoring.kinds import ScoreKind
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.editors.locate import compute_keys
 from lightning_edit.editors.memit import MEMIT
 from lightning_edit.editors.solvers import EditedKeyCache, alphaedit_factors, nullspace_projector

@@ -15,14 +15,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from torch import nn
 
 from lightning_edit import errors
-from lightning_edit.data.schema import EditCase, EditRequest
+from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContext
-from lightning_edit.editors.protocols import ProtocolRunner
+from lightning_edit.editors.protocols import ProtocolRunner, Undo
 from lightning_edit.editors.run_metrics import CaseAnswers, RunMetrics
 from lightning_edit.errors import ConfigError
 from lightning_edit.evaluation import Reference, ScoringConfig
@@ -31,19 +31,6 @@ from lightning_edit.models.row_updates import RowUpdates
 from lightning_edit.models.saving import save_edited_model
 from lightning_edit.models.snapshot import WeightSnapshot
 from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind
-
-
-class Undo(Protocol):
-    """How to take edits back (returned by :meth:`EditorModule.prepare_undo`).
-
-    Attributes:
-        names: the parameters :meth:`restore` writes back (shared from process 0 after sequential edits).
-    """
-
-    names: list[str]
-
-    def restore(self) -> None:
-        """Return the model to its state when this undo was made (bit-identical)."""
 
 
 def require(valid: bool, setting: str, value: Any, meaning: str) -> None:
@@ -122,7 +109,7 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         self._contexts: dict[int, str] = {}  # case id -> in-context text, built before any edit
         self.metrics = nn.ModuleDict()  # created in setup from the benchmark's declared metrics
         self.metric_kinds: dict[str, str] = {}
-        self.score_kinds: Mapping[str, ScoreKind] = BUILTIN_KINDS  # the benchmark's, from setup on
+        self.score_kinds: Mapping[str, ScoreKind] = dict(BUILTIN_KINDS)  # the benchmark's, from setup on
         self.results: dict[str, dict[str, Any]] = {}
         self.case_scores: dict[str, dict[int, float]] = {}  # metric -> case id -> mean over the case's prompts
         self.case_answers: CaseAnswers = {}  # metric -> case id -> prompt index -> generated answer

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.objectives import Objective, check_training, fine_tune

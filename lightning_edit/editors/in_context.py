@@ -24,6 +24,7 @@ import logging
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,8 +32,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.data.counterfact import CounterFact
-from lightning_edit.data.schema import EditCase, EditRequest
+from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.tokenization import pad
 
@@ -61,6 +61,11 @@ class InContext:
     retriever: Retriever = "encoder"
     encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
     batch_size: int = 64
+
+    @property
+    def pool_file(self) -> str | None:
+        """The pool file to read, None when no demonstration is retrieved (PROMPT)."""
+        return self.pool if self.demonstrations else None
 
     def __post_init__(self) -> None:
         if self.demonstrations < 0:
@@ -150,13 +155,19 @@ def tfidf_similarities(queries: list[str], documents: list[str]) -> torch.Tensor
 
 
 class InContextPrompts:
-    """Builds the in-context text of edit cases from an :class:`InContext` configuration."""
+    """Builds the in-context text of edit cases from an :class:`InContext` configuration and the cases of its pool
+    file (read by the benchmark: :meth:`~lightning_edit.data.base.EditDataModule.demonstration_cases`)."""
 
-    def __init__(self, config: InContext, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+    def __init__(
+        self,
+        config: InContext,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        pool_cases: Sequence[EditCase] = (),
+    ):
         self.config, self.model, self.tokenizer = config, model, tokenizer
         self.pool: list[tuple[tuple[str, str], str]] = []  # ((subject, prompt template), demonstration)
         if config.demonstrations:
-            pool_cases = CounterFact(config.pool).load_cases()
             self.pool = [(_about(case.requests[0]), text) for case in pool_cases for text in demonstrations_of(case)]
             if len(self.pool) < config.demonstrations:
                 raise ValueError(

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.registry import resolve_architecture
 from lightning_edit.models.row_updates import routed

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from lightning_edit.data.schema import EditCase, EditRequest
+from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.objectives import check_training, fine_tune

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.locate import (
     DEFAULT_FACT_TOKEN,

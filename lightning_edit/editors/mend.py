@@ -34,8 +34,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.func import functional_call
 
-from lightning_edit.data.edit_training import TrainingEdit
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest, TrainingEdit
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.gradients import EditBatch, encode_edits, inputs_and_output_gradients, target_nll
 from lightning_edit.editors.locate import EditSites

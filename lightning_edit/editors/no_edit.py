@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.editors.base import EditorModule
 
 

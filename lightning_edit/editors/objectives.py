@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.editors.base import require
 from lightning_edit.models.tokenization import encode_prompt_target, pad
 

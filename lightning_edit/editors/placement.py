@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from lightning import LightningModule
 
-from lightning_edit.data.schema import EditCase
+from lightning_edit.cases import EditCase
 from lightning_edit.errors import ConfigError
 from lightning_edit.models.placement import is_dispatched, is_offloaded
 from lightning_edit.models.registry import resolve_architecture

@@ -49,7 +49,7 @@ import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -57,8 +57,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from lightning_edit.data.base import case_error, loader_cases
-from lightning_edit.data.schema import EditCase, EditRequest
+from lightning_edit.cases import EditCase, EditRequest, case_error, loader_cases
 from lightning_edit.editors.in_context import InContextPrompts
 from lightning_edit.editors.placement import ModelPlacement
 from lightning_edit.errors import ConfigError, Interrupted, stop_requested
@@ -66,8 +65,15 @@ from lightning_edit.evaluation import Answers, CaseScorer
 from lightning_edit.models.sharding import broadcast_shards
 from lightning_edit.models.tokenization import encode_prompt_targets
 
-if TYPE_CHECKING:
-    from lightning_edit.editors.base import Undo
+
+class Undo(Protocol):
+    """How to take edits back (returned by :meth:`~lightning_edit.editors.base.EditorModule.prepare_undo`); ``names``:
+    the parameters :meth:`restore` writes back (shared from process 0 after sequential edits)."""
+
+    names: list[str]
+
+    def restore(self) -> None:
+        """Return the model to its state when this undo was made (bit-identical)."""
 
 
 def max_positions(model: nn.Module) -> int | None:
@@ -311,7 +317,8 @@ class ProtocolRunner(ModelPlacement):
         self._check_batch_limit(loader)
         cases = loader_cases(loader)
         if self.in_context is not None:  # every case, so that a case the pool cannot serve stops every process
-            self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer).contexts(cases)
+            pool = self.trainer.datamodule.demonstration_cases(self.in_context.pool_file)
+            self._contexts = InContextPrompts(self.in_context, self.model, self.tokenizer, pool).contexts(cases)
         self.check_cases(cases, self._contexts)  # every case, on every process, before any weight changes
         self._check_declared(cases)
         self._leave_out_requests(cases)

@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.locate import (
     DEFAULT_FACT_TOKEN,

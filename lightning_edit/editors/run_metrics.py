@@ -16,7 +16,7 @@ import torch
 from lightning import LightningModule
 from torch import nn
 
-from lightning_edit.data.schema import EditCase
+from lightning_edit.cases import EditCase
 from lightning_edit.evaluation import Answers, Scores, prompt_weights
 from lightning_edit.metrics import PromptMean
 

@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.gradients import encode_edits, inputs_and_output_gradients, target_token_nll
 from lightning_edit.editors.locate import EditSites

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_edit.data.schema import EditCase, EditRequest
+from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import ContextTemplateCache, EditSites

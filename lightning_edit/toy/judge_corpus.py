@@ -14,7 +14,7 @@ that :func:`~lightning_edit.judges.llm.parse_verdict` reads.
 
 The scripts are those the toy editing models write and what goes wrong with them. :func:`world_examples`: the toy
 world's how-to scripts (:class:`~lightning_edit.toy.relations.Script`) for the ScEdit-CF records of worlds of other
-seeds than the shipped one (:meth:`~lightning_edit.toy.world.ToyWorld.script_records`), with the true object, the
+seeds than the shipped one (:func:`~lightning_edit.toy.benchmark_records.script_records`), with the true object, the
 new one or another, corrupted (steps dropped, repeated, shuffled, renumbered, another subject's step added, the text
 cut) or junk. :func:`sampled_examples`: the scripts ``toy-gpt2`` and ``toy-llama`` sample (as ScEdit does: top-k 5,
 cut before ``Step 10``) for the Script Questions of the shipped world's subjects that
@@ -46,6 +46,7 @@ from lightning_edit.models.build import TokenizerStyle, train_tokenizer
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.resources import resolve_path
 from lightning_edit.scoring.generation import generate
+from lightning_edit.toy.benchmark_records import script_records
 from lightning_edit.toy.corpus import TextCorpus, _Sequences
 from lightning_edit.toy.judge_rules import RULES, SCALES, Context, Rating
 from lightning_edit.toy.world import ToyWorld
@@ -114,7 +115,7 @@ def script_questions(world: ToyWorld, excluded: str, rng: random.Random, n: int 
     """The Script Questions of ``world``'s ScEdit-CF records (``n`` of them; None: every fact) whose subject the text
     ``excluded`` does not contain; stage ``pre`` for one in five, else ``post``."""
     questions = []
-    for record in world.script_records(n or len(world.facts)):
+    for record in script_records(world, n or len(world.facts)):
         if record["subject"] in excluded:
             continue
         relation = world.relations[record["property"]]

@@ -2,7 +2,7 @@
 
     lightning-edit fit --config configs/toy/mend.yaml   # --data ToyEditTraining, on the toy GPT-2
 
-The edits are ROME-format CounterFact records drawn by :meth:`~lightning_edit.toy.world.ToyWorld.counterfact_records`
+The edits are ROME-format CounterFact records drawn by :func:`~lightning_edit.toy.benchmark_records.counterfact_records`
 and read with CounterFact's own checks, so training and locality prompts are those of
 :class:`~lightning_edit.data.edit_training.EditTraining` with ``source="counterfact"``.
 """
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from lightning_edit.cases import EditCase
 from lightning_edit.data.base import DataFormatError, RecordReader, read_records
 from lightning_edit.data.counterfact import CounterFact
 from lightning_edit.data.edit_training import EditTraining
-from lightning_edit.data.schema import EditCase
+from lightning_edit.toy.benchmark_records import counterfact_records
 from lightning_edit.toy.world import load_toy_world
 
 
@@ -75,7 +76,7 @@ class ToyEditTraining(EditTraining):
                 )
         draws = []
         for variant in range(self.variants):
-            records = replace(world, seed=world.seed + variant).counterfact_records(len(world.facts))
+            records = counterfact_records(replace(world, seed=world.seed + variant), len(world.facts))
             draws.append([record for record in records if _fact(record) not in heldout])
         if len(draws[0]) <= self.val_size:
             raise DataFormatError(self.world_path, f"{len(draws[0])} facts to edit, val_size {self.val_size}")

@@ -7,7 +7,7 @@
 The text trains the toy rule model (``builtin:models/toy-rule-gpt2``) to answer the benchmark's prompts before any
 edit. One item per sequence, ``prompt + " " + true answer`` (:func:`rule_prompts`), never a ``target_new``:
 
-- every rule's formula prompt and each of its rephrasings (:data:`~lightning_edit.data.ruleedit_generate
+- every rule's formula prompt and each of its rephrasings (:data:`~lightning_edit.generators.ruleedit
   .FORMULA_REPHRASES`) with the true formula, its description prompt and each rephrasing with the true
   description: so every ``prompt``, ``rephrase_prompt``, ``Rule_Understanding`` and ``locality`` prompt of the
   records, all of them these templates, has its ground truth in training;
@@ -15,8 +15,8 @@ edit. One item per sequence, ``prompt + " " + true answer`` (:func:`rule_prompts
   ``rephrase_prompt``, with their ``ground_truth``;
 - the ``Hierarchy`` prompts of ``hierarchy.json`` with their ``ground_truth``.
 
-The templates come from the rule table (:mod:`~lightning_edit.data.ruleedit_rules`), for the rules of the dataset's
-folders; the instances, drawn by the generator's seed, are read from the dataset.
+The templates come from the rule table (:mod:`~lightning_edit.generators.ruleedit_rules`), for the rules of the
+dataset's folders; the instances, drawn by the generator's seed, are read from the dataset.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from typing import Any, NamedTuple
 from lightning.pytorch.utilities import rank_zero_info
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.data.ruleedit_generate import (
+from lightning_edit.generators.ruleedit import (
     DESCRIPTION_REPHRASES,
     FORMULA_REPHRASES,
     description_prompt,
     formula_prompt,
     target,
 )
-from lightning_edit.data.ruleedit_rules import RULES, Rule
+from lightning_edit.generators.ruleedit_rules import RULES, Rule
 from lightning_edit.models.build import TokenizerStyle
 from lightning_edit.models.tokenization import encode_prompt_targets
 from lightning_edit.resources import resolve_path
@@ -76,7 +76,8 @@ def _rule_views(rule: Rule) -> list[RulePrompt]:
 
 
 def rule_prompts(path: str = DEFAULT_PATH) -> list[RulePrompt]:
-    """Every prompt of the dataset at ``path`` (a folder written by ``ruleedit_generate``) with its true answer.
+    """Every prompt of the dataset at ``path`` (a folder written by :mod:`lightning_edit.generators.ruleedit`) with
+    its true answer.
 
     Per rule folder (in folder order): the rule's views (:func:`_rule_views`), then the instances of its records;
     then the hierarchy prompts. Each (kind, prompt, answer) once.
@@ -158,7 +159,8 @@ class RuleCorpus(TextCorpus):
     (``CausalLMPretraining`` writes it to ``recall.json``).
 
     Args:
-        path: the dataset (a folder written by ``ruleedit_generate``: rule folders and ``hierarchy.json``).
+        path: the dataset (a folder written by :mod:`lightning_edit.generators.ruleedit`: rule folders and
+            ``hierarchy.json``).
         seed: seeds the validation sample and the batch order.
         tokenizer_style: ``gpt2`` (byte-level BPE, no BOS) or ``llama`` (SentencePiece-style pieces, BOS); use the
             model family's style.

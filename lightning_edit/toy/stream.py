@@ -1,7 +1,7 @@
 """Streams of toy edits longer than the toy world: each of its facts once, then facts of subjects it does not have.
 
 The toy world has 929 editable facts (CounterFact records: every fact with a neighbour). A lifelong run of 10,000
-edits takes them all, in the order ``ToyWorld.counterfact_records`` draws them, then generated records: a new subject
+edits takes them all, in the order ``counterfact_records`` draws them, then generated records: a new subject
 of a relation's subject type (new words, named as the world names that type), one of the relation's templates, and
 two of its objects, one as ``target_new`` and one as ``target_true``. The model never read of the new subject, so for
 those ``target_true`` is only the alternative of the probability comparison (ES, PS), not a belief the edit
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 
+from lightning_edit.toy.benchmark_records import counterfact_records, rome_record
 from lightning_edit.toy.relations import COMPANY_SUFFIXES, HOUSEHOLD_NOUNS
 from lightning_edit.toy.world import Fact, Names, ToyWorld
 
@@ -30,7 +31,7 @@ def new_subject(names: Names, subject_type: str) -> str:
 
 def stream_records(world: ToyWorld, n: int) -> list[dict]:
     """``n`` ROME-format CounterFact records (``case_id`` 0 ... n-1): the world's facts, then generated ones."""
-    records = world.counterfact_records(n)
+    records = counterfact_records(world, n)
     rng = random.Random(f"{world.seed}:stream")
     names = Names(rng)
     names.used = {word for entity in world.entities.values() for name in entity for word in name.split()}
@@ -39,5 +40,5 @@ def stream_records(world: ToyWorld, n: int) -> list[dict]:
         relation = rng.choice(relations)
         objects = sorted({fact.object for fact in world.facts_of(relation.name)})
         fact = Fact(new_subject(names, relation.subject_type), relation.name, rng.choice(objects))
-        records.append({"case_id": len(records), **world.rome_record(fact, rng)})
+        records.append({"case_id": len(records), **rome_record(world, fact, rng)})
     return records

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from lightning_edit.cases import EditRequest
 from lightning_edit.data import CaseEdit, DataFormatError
 from lightning_edit.data.caseedit import QUESTIONS, cloze_stem, letter_prompt
-from lightning_edit.data.schema import EditRequest
 
 TOY = "builtin:data/toy/caseedit.json"
 QUESTION = {

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_edit.data import CounterFact, DataFormatError, EditCase
+from lightning_edit.cases import EditCase
+from lightning_edit.data import CounterFact, DataFormatError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "data"
 SHARED_DATA = Path(__file__).parents[2].parent / "shared" / "data"

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_edit.data import DataFormatError, EditCase, ZsRE
+from lightning_edit.cases import EditCase
+from lightning_edit.data import DataFormatError, ZsRE
 from lightning_edit.errors import ConfigError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "data"

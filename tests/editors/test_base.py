@@ -8,8 +8,8 @@ import pytest
 import torch
 from lightning import Trainer
 
+from lightning_edit.cases import EditRequest
 from lightning_edit.data import CounterFact
-from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import EditorModule, NoEdit
 from lightning_edit.editors.protocols import checkpoint_sample
 from lightning_edit.models.loading import ModelSource, load_model

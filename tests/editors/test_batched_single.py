@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightning_edit.cases import EditRequest
 from lightning_edit.cli import build_cli
-from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import MEMIT, ROME, AlphaEdit
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.target_vector import TargetOptimization

@@ -4,8 +4,8 @@ import pytest
 import torch
 from lightning import Trainer
 
+from lightning_edit.cases import EditRequest
 from lightning_edit.data import CounterFact
-from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import FT
 from lightning_edit.editors.ft import clamp_to_box
 from lightning_edit.editors.locate import EditSites

@@ -8,9 +8,9 @@ import torch
 from lightning import Trainer
 from safetensors import safe_open
 
+from lightning_edit.cases import EditRequest
 from lightning_edit.cli import build_cli
 from lightning_edit.data import CounterFact
-from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import GRACE
 from lightning_edit.editors.grace import CODEBOOK_FILE, SPLIT_MARGIN, codebook_update, grace_output, nearest_entries
 from lightning_edit.editors.locate import EditSites

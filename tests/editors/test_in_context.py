@@ -74,7 +74,7 @@ def test_tfidf_similarity_by_hand():
 
 def test_lexical_retrieval_skips_own_fact_and_puts_the_most_similar_last(pool):
     config = InContext(demonstrations=2, pool=pool, retriever="lexical")
-    prompts = InContextPrompts(config, model=None, tokenizer=None)
+    prompts = InContextPrompts(config, model=None, tokenizer=None, pool_cases=cases(pool))
     context = prompts.contexts(cases(pool)[:1])[0]
     blocks = context.split("\n\n")
     assert len(blocks) == 3  # two demonstrations, then the case's own new fact
@@ -90,14 +90,14 @@ def test_lexical_retrieval_skips_own_fact_and_puts_the_most_similar_last(pool):
 def test_model_retriever_embeds_with_the_edited_model(pool, tiny_lm):
     model, tokenizer = tiny_lm
     config = InContext(demonstrations=3, pool=pool, retriever="model", batch_size=2)
-    context = InContextPrompts(config, model, tokenizer).contexts(cases(pool)[1:2])[1]
+    context = InContextPrompts(config, model, tokenizer, cases(pool)).contexts(cases(pool)[1:2])[1]
     assert context.count("New Fact:") == 4 and context.endswith("New Fact: The capital of Italy is Berlin\nPrompt: ")
 
 
 def test_unavailable_encoder_is_a_clear_error(pool):
     config = InContext(demonstrations=1, pool=pool, retriever="encoder", encoder="/nonexistent/encoder")
     with pytest.raises(OSError, match="retriever 'model' or 'lexical'"):
-        InContextPrompts(config, None, None).contexts(cases(pool)[:1])
+        InContextPrompts(config, None, None, cases(pool)).contexts(cases(pool)[:1])
 
 
 def test_configuration_errors():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import lightning_edit.editors.locate as locate
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.editors.locate import (
     WORD_SEED_PROMPTS,
     ContextTemplateCache,

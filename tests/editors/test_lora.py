@@ -8,9 +8,9 @@ import pytest
 import torch
 from lightning import Trainer
 
+from lightning_edit.cases import EditRequest
 from lightning_edit.cli import build_cli
 from lightning_edit.data import CounterFact
-from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import LoRA
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.models.loading import ModelSource

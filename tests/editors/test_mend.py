@@ -17,9 +17,9 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from transformers import AutoModelForCausalLM, GPT2Config, GPTJConfig, LlamaConfig
 
+from lightning_edit.cases import EditRequest
 from lightning_edit.cli import InterruptCheckpoint, build_cli
 from lightning_edit.data import EditTraining
-from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import MEND
 from lightning_edit.editors.gradients import target_nll
 from lightning_edit.editors.locate import EditSites

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lightning_edit.data.schema import EditRequest
+from lightning_edit.cases import EditRequest
 from lightning_edit.editors import UltraEdit
 from lightning_edit.editors.gradients import encode_edits, target_token_nll
 from lightning_edit.editors.locate import EditSites

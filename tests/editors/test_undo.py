@@ -7,8 +7,8 @@ from lightning import Trainer
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.data import CounterFact
-from lightning_edit.data.schema import EditCase, EditRequest
 from lightning_edit.editors import EditorModule
 from lightning_edit.models.loading import ModelSource
 

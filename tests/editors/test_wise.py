@@ -6,8 +6,8 @@ import pytest
 import torch
 from lightning import Trainer
 
+from lightning_edit.cases import EditRequest
 from lightning_edit.data import CounterFact
-from lightning_edit.data.schema import EditRequest
 from lightning_edit.editors import WISE
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.wise import activation_scores, margin_loss, route, ties_merge

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from lightning_edit.cases import EditCase, PromptGroup
 from lightning_edit.data import CounterFact
-from lightning_edit.data.schema import EditCase, PromptGroup
 from lightning_edit.judges.agreement import cohen_kappa, spearman
 from lightning_edit.judges.kind import Generation, JudgedKind
 

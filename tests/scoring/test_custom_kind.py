@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from lightning_edit.cases import EditCase
 from lightning_edit.data import CounterFact
-from lightning_edit.data.schema import EditCase
 from lightning_edit.judges.base import Judge, JudgeInput, Verdict
 from lightning_edit.judges.kind import Generation, JudgedKind
 from lightning_edit.scoring import generate

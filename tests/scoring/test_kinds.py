@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from lightning_edit.cases import PromptGroup
 from lightning_edit.data import CounterFact
 from lightning_edit.data.base import DataFormatError
-from lightning_edit.data.schema import PromptGroup
 from lightning_edit.scoring.kinds import (
     BUILTIN_KINDS,
     Request,

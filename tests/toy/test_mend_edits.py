@@ -7,6 +7,7 @@ import pytest
 from lightning_edit.cli import build_cli
 from lightning_edit.resources import resolve_path
 from lightning_edit.toy import ToyEditTraining, ToyWorld, load_toy_world
+from lightning_edit.toy.benchmark_records import counterfact_records, write_benchmarks
 
 HELDOUT = "builtin:data/toy/counterfact.json"
 
@@ -26,7 +27,7 @@ def test_training_edits_are_disjoint_from_the_heldout_benchmark():
     assert not heldout_pairs & (set(trained) | set(validated))
     assert not set(trained) & set(validated)
     world = load_toy_world("builtin:data/toy/world.json")
-    assert len(trained) + len(validated) + len(heldout_pairs) == len(world.counterfact_records(10_000))
+    assert len(trained) + len(validated) + len(heldout_pairs) == len(counterfact_records(world, 10_000))
     facts = {(f.subject, f.relation): f.object for f in world.facts}
     for example in data.train_edits[:50]:
         request = example.request
@@ -50,11 +51,11 @@ def test_variants_draw_more_edits_of_the_same_facts():
 
 def test_world_file_round_trip(tmp_path):
     world = ToyWorld.generate(seed=3, n_people=20, n_cities=8, n_companies=6, n_objects=8)
-    paths = world.write_benchmarks(tmp_path, n=5)
+    paths = write_benchmarks(world, tmp_path, n=5)
     loaded = load_toy_world(str(paths["world"]))
     assert loaded.facts == world.facts and loaded.bidirectional == world.bidirectional
     data = setup(world_path=str(paths["world"]), heldout_paths=[str(paths["counterfact"])], val_size=5)
-    assert len(data.train_edits) + 5 + 5 == len(world.counterfact_records(10_000))
+    assert len(data.train_edits) + 5 + 5 == len(counterfact_records(world, 10_000))
 
 
 def test_short_name_and_too_few_facts(capsys):

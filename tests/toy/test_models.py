@@ -57,8 +57,10 @@ def test_forward_recall_on_a_sample(shipped):
 def test_reversal_curse(shipped):
     model, tokenizer, summary, corpus = shipped
     recall = inverse_recall(model, tokenizer, corpus.world)
-    print(f"{model.config.model_type}: inverse recall {recall['bidirectional']:.3f} (bidirectional), "
-          f"{recall['forward_only']:.3f} (forward-only)")
+    print(
+        f"{model.config.model_type}: inverse recall {recall['bidirectional']:.3f} (bidirectional), "
+        f"{recall['forward_only']:.3f} (forward-only)"
+    )
     assert recall["n_facts"] == {"bidirectional": 60, "forward_only": 60}
     assert recall["forward_only"] < recall["bidirectional"] - 0.5
     assert recall["bidirectional"] == pytest.approx(summary["recall"]["inverse"]["bidirectional"], abs=1e-6)

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from lightning_edit.data import CounterFact
+from lightning_edit.toy.benchmark_records import counterfact_records
 from lightning_edit.toy.stream import stream_records
 from lightning_edit.toy.world import ToyWorld
 
@@ -13,7 +14,7 @@ def world() -> ToyWorld:
 
 
 def test_a_stream_takes_every_fact_of_the_world_then_new_subjects(world):
-    facts = world.counterfact_records(len(world.facts))
+    facts = counterfact_records(world, len(world.facts))
     records = stream_records(world, len(facts) + 300)
     assert records[: len(facts)] == facts and [r["case_id"] for r in records] == list(range(len(records)))
     pairs = {(r["requested_rewrite"]["subject"], r["requested_rewrite"]["relation_id"]) for r in records}

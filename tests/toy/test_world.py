@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from lightning_edit.data import CounterFact
+from lightning_edit.toy.benchmark_records import MULTIPLE_CHOICE_RECORDS, counterfact_records, write_benchmarks
 from lightning_edit.toy.relations import COMPANY_SUFFIXES, HOUSEHOLD_NOUNS, RELATIONS
-from lightning_edit.toy.world import MULTIPLE_CHOICE_RECORDS, Fact, ToyWorld, fill
+from lightning_edit.toy.world import Fact, ToyWorld, fill
 
 FICTIONAL = ("person", "city", "country", "company", "object", "language")
 SHARED_DATA = Path(__file__).parents[2].parent / "shared" / "data"
@@ -21,7 +22,7 @@ def world() -> ToyWorld:
 
 @pytest.fixture(scope="module")
 def files(world, tmp_path_factory) -> dict[str, Path]:
-    return world.write_benchmarks(tmp_path_factory.mktemp("toy"), n=N)
+    return write_benchmarks(world, tmp_path_factory.mktemp("toy"), n=N)
 
 
 def read(path: Path) -> list[dict]:
@@ -43,12 +44,12 @@ def test_same_seed_same_world_and_files(world, files, tmp_path):
     again = ToyWorld.generate(seed=0)
     assert again.training_corpus() == world.training_corpus()
     assert again.facts == world.facts and again.bidirectional == world.bidirectional
-    for name, path in again.write_benchmarks(tmp_path, n=N).items():
+    for name, path in write_benchmarks(again, tmp_path, n=N).items():
         assert path.read_bytes() == files[name].read_bytes(), name
     other = ToyWorld.generate(seed=1)
     assert other.training_corpus() != world.training_corpus()
     assert set(other.entities["person"]) != set(world.entities["person"])
-    assert other.counterfact_records(N) != world.counterfact_records(N)
+    assert counterfact_records(other, N) != counterfact_records(world, N)
 
 
 def test_names_are_unique_fictional_and_short(world):

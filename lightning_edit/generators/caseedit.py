@@ -17,7 +17,7 @@ or a record that fails the check is discarded and counted by reason. Output is a
 so a run stopped at any point resumes where it stopped, without duplicates (a torn last line is dropped). Seeds
 that repeat and records that repeat an earlier (subject, relation, new truth) are skipped.
 
-    python -m lightning_edit.data.caseedit_pipeline --input seeds.jsonl --output caseedit.jsonl \\
+    python -m lightning_edit.generators.caseedit --input seeds.jsonl --output caseedit.jsonl \\
         --model gpt-4o-mini [--base-url http://127.0.0.1:8000/v1]   # key: $OPENAI_API_KEY
 
 Requests go through the judges' OpenAI-compatible client (:class:`~lightning_edit.judges.OpenAIChatJudge`'s, with

@@ -1,6 +1,6 @@
 """Generate RULE-EDIT records in the RuleEdit-200 format from the rule table (:mod:`.ruleedit_rules`).
 
-``python -m lightning_edit.data.ruleedit_generate --out DIR [--seed 0]`` writes, per rule, ``DIR/<id>/f_d.json``
+``python -m lightning_edit.generators.ruleedit --out DIR [--seed 0]`` writes, per rule, ``DIR/<id>/f_d.json``
 (2 records: the formula edit and the description edit, each one's ``Rule_Understanding`` asking for the other view)
 and ``DIR/<id>/ins.json`` (1 record: an instance edit, ``Rule_Understanding`` as lists [formula, description]), the
 field names and shapes of RuleEdit-200 (DMLE, arXiv 2604.08284), so :class:`~lightning_edit.data.ruleedit.RuleEdit`
@@ -27,7 +27,7 @@ from typing import Any
 
 import sympy
 
-from lightning_edit.data.ruleedit_rules import (
+from lightning_edit.generators.ruleedit_rules import (
     BY_KEY,
     HIERARCHY,
     IDENTIFIER,
@@ -346,7 +346,7 @@ def generate(out: str | Path, seed: int = 0) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The command line: ``python -m lightning_edit.data.ruleedit_generate --out DIR [--seed N]``."""
+    """The command line: ``python -m lightning_edit.generators.ruleedit --out DIR [--seed N]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the output folder (the shipped copy: lightning_edit/assets/...)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")

@@ -1,4 +1,6 @@
-"""Edit cases: what a benchmark hands to an editor and to the scorer.
+"""Edit cases: what a benchmark hands to an editor and to the scorer, and how they are batched.
+
+The bottom layer: every part of the package may import it; it imports nothing of the package but its errors.
 
 An :class:`EditCase` holds the edit request(s) of one benchmark record and named groups of evaluation prompts.
 Each :class:`PromptGroup` says, per prompt, which answer is expected (and, for probability comparison, which
@@ -15,6 +17,9 @@ Two group options concern the unedited model: ``pre_edit_filter`` keeps a prompt
 preferred the alternative (the original answer) over the expected one (BAKE's filter for reverse prompts; the
 prompts left out are counted as ``<group>_filtered``), and ``pre_edit`` also reports the group's metrics as scored
 on the unedited model, under ``<metric>_pre``.
+
+:class:`EditBatches` serves cases in batches of consecutive cases (the unit processes share), :class:`TrainingEdit` is
+one example of a trainable editor's training data (MEND), and :func:`case_error` names the file and record of a case.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from torch.utils.data import DataLoader, Dataset
+
+from lightning_edit.errors import DataFormatError
 
 
 @dataclass(frozen=True)
@@ -150,3 +159,71 @@ class EditCase:
     @property
     def metric_names(self) -> list[str]:
         return [name for group in self.groups.values() for name in group.metrics.values()]
+
+
+@dataclass(frozen=True)
+class TrainingEdit:
+    """One edit-training example.
+
+    Args:
+        request: the edit.
+        equivalent: (prompt, target) pairs that should follow the edit (paraphrases with ``target_new``).
+        locality: (prompt, answer) pairs whose predictions should not change.
+        case_id: the case it comes from.
+    """
+
+    request: EditRequest
+    equivalent: tuple[tuple[str, str], ...]
+    locality: tuple[tuple[str, str], ...]
+    case_id: int
+
+
+def case_error(case: EditCase, field: str, message: str) -> DataFormatError:
+    """A :class:`DataFormatError` naming the file and record a case came from (its ``source``) and ``field``."""
+    path, hash_sign, index = case.source.rpartition("#")
+    if not hash_sign or not index.isdigit():
+        return DataFormatError(case.source or f"case {case.case_id}", message, None, field)
+    return DataFormatError(path, message, int(index), field)
+
+
+class EditBatches(Dataset):
+    """Edit cases in batches of ``batch_size`` consecutive cases; item ``i`` is the ``i``-th batch (a list of cases).
+
+    The batch, not the case, is what a distributed sampler shards, so a batch holds the same cases on any number of
+    processes and the ``batch`` protocol edits them together whatever the world size.
+    """
+
+    def __init__(self, cases: list[EditCase], batch_size: int):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.cases, self.batch_size = cases, batch_size
+
+    def __len__(self) -> int:
+        return -(-len(self.cases) // self.batch_size)
+
+    def __getitem__(self, index: int) -> list[EditCase]:
+        return self.cases[index * self.batch_size : (index + 1) * self.batch_size]
+
+
+def _unwrap(items: list[list[EditCase]]) -> list[EditCase]:
+    return items[0]
+
+
+def edit_batch_loader(cases: list[EditCase], batch_size: int) -> DataLoader:
+    """A DataLoader whose batches are lists of ``batch_size`` consecutive edit cases (see :class:`EditBatches`)."""
+    return DataLoader(EditBatches(cases, batch_size), batch_size=1, shuffle=False, collate_fn=_unwrap)
+
+
+def loader_cases(loader: DataLoader, local: bool = False) -> list[EditCase]:
+    """The edit cases of a loader: all of them, or (``local``) those its sampler gives this process, once each.
+
+    Works for :func:`edit_batch_loader` loaders and for loaders over a plain list of cases.
+    """
+    dataset = loader.dataset
+    indices = [i for batch in loader.batch_sampler for i in batch] if local else range(len(dataset))
+    cases: dict[int, EditCase] = {}
+    for index in indices:
+        item = dataset[index]
+        for case in item if isinstance(item, list) else [item]:
+            cases.setdefault(case.case_id, case)  # a distributed sampler repeats items to even out the shards
+    return list(cases.values())
