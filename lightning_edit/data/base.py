@@ -82,6 +82,17 @@ def _record_index(source: str) -> int | None:
     return int(index) if index.isdigit() else None
 
 
+def check_groups(cases: list[EditCase], kinds: Mapping[str, ScoreKind]) -> None:
+    """Raise :class:`DataFormatError`, naming the record and the group, unless ``kinds`` can score every prompt group
+    of ``cases`` (:func:`~lightning_edit.scoring.kinds.check_metrics`)."""
+    for case in cases:
+        for name, group in case.groups.items():
+            try:
+                check_metrics(kinds, group.metrics, group.alternatives is not None, group.pre_edit_filter)
+            except ValueError as error:
+                raise case_error(case, name, f"prompt group: {error}") from None
+
+
 class RecordReader:
     """Typed access to the fields of one record, with errors that name file, record and field."""
 
@@ -251,14 +262,9 @@ class EditDataModule(LightningDataModule, ABC):
             self.path = str(local_path(name))  # on every process, the file prepare_data fetched
         self.skipped, self.target_equals_true = [], []
         cases = self.load_cases()
-        kinds = self.score_kinds  # made here, before any weight is touched: a judge's fault stops the run now
+        check_groups(cases, self.score_kinds)  # kinds made here, before any weight is touched (a judge's fault)
         seen: dict[int, str] = {}
         for case in cases:
-            for name, group in case.groups.items():
-                try:
-                    check_metrics(kinds, group.metrics, group.alternatives is not None, group.pre_edit_filter)
-                except ValueError as error:
-                    raise case_error(case, name, f"prompt group: {error}") from None
             if case.case_id in seen:
                 raise DataFormatError(
                     self.path,

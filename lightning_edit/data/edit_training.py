@@ -29,6 +29,7 @@ from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Sampler
 
 from lightning_edit.cases import EditCase, TrainingEdit, edit_batch_loader
+from lightning_edit.data.base import check_groups
 from lightning_edit.data.counterfact import CounterFact
 from lightning_edit.data.zsre import ZsRE
 from lightning_edit.errors import DataFormatError
@@ -141,6 +142,7 @@ class EditTraining(LightningDataModule):
             return
         self.skipped = []
         train, val = self.load_splits()
+        check_groups(train + val, self.score_kinds)
         train = train[: self.limit] if self.limit is not None else train
         self.train_edits = [self._training_edit(case) for case in train]
         self.cases = val[: self.val_size]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lightning_edit.data import EditTraining
+from lightning_edit.data import DataFormatError, EditTraining
 from lightning_edit.data.edit_training import EpochOrder
 from lightning_edit.resources import resolve_path
 
@@ -85,3 +85,19 @@ def test_bad_input():
         EditTraining(source="toy")
     with pytest.raises(ValueError, match="val_size"):
         setup(source="counterfact", train_path="builtin:data/counterfact-flat.json", val_size=50)
+
+
+class MisnamedKind(EditTraining):
+    """Training edits whose validation case names a score kind the benchmark does not have."""
+
+    def load_splits(self):
+        from dataclasses import replace
+
+        train, val = super().load_splits()
+        return train, [replace(val[0], groups={"rewrite": replace(val[0].groups["rewrite"], metrics={"bleu": "ES"})})]
+
+
+def test_its_groups_are_checked_against_the_benchmarks_kinds():
+    data = MisnamedKind(source="counterfact", train_path="builtin:data/toy/counterfact.json", val_size=5)
+    with pytest.raises(DataFormatError, match=r"record \d+: field 'rewrite': prompt group: unknown score kind"):
+        data.setup()
