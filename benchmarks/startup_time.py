@@ -5,10 +5,12 @@
     python benchmarks/startup_time.py --importtime                 # also the slowest imports of lightning_edit.cli
 
 Each step is a fresh ``python`` process, so nothing is cached in memory between runs (the OS file cache is warm after
-the first). The steps nest: torch, then Lightning (which imports torchmetrics and ``torch._dynamo``), then the CLI
-module (every editor and benchmark, which import transformers), then ``lightning-edit --help`` (which also builds the
-parser of every subcommand). With ``--checkout`` the steps run with that directory first on ``PYTHONPATH`` as well,
-interleaved with the installed package's runs, so a before/after comparison shares the machine's load.
+the first). ``lightning-edit --help`` alone is answered by the console script without importing torch
+(:mod:`lightning_edit.console`). The other steps nest: torch, then Lightning (which imports torchmetrics and
+``torch._dynamo``), then the CLI module (every editor and benchmark, which import transformers), then
+``lightning-edit validate --help`` (which also builds the parser of ``validate``). With ``--checkout`` the steps run
+with that directory first on ``PYTHONPATH`` as well, interleaved with the installed package's runs, so a before/after
+comparison shares the machine's load.
 """
 
 import argparse
@@ -24,6 +26,7 @@ STEPS = {
     "import torch": ["-c", "import torch"],
     "import lightning.pytorch": ["-c", "import lightning.pytorch"],
     "import lightning_edit.cli": ["-c", "import lightning_edit.cli"],
+    "lightning-edit validate --help": ["-m", "lightning_edit", "validate", "--help"],
     "lightning-edit --help": ["-m", "lightning_edit", "--help"],
 }
 

@@ -1,3 +1,3 @@
-from lightning_edit.cli import main
+from lightning_edit.console import main
 
 main()

@@ -236,10 +236,11 @@ def build_cli(args: ArgsType = None, run: bool = True, exit_on_error: bool = Tru
 
 
 def main(args: ArgsType = None) -> None:
-    """The console script ``lightning-edit`` (lightning_edit.errors): a user error or a rejected option is printed as
-    one line, exit status 1 (2 for an option); SIGTERM stops a run at its next safe point, exit status 143, saying
-    how to resume; ``--debug`` or ``LIGHTNING_EDIT_DEBUG=1`` prints tracebacks. No message shows a secret of the
-    command line, its config files or the environment."""
+    """What the console script ``lightning-edit`` runs (:mod:`lightning_edit.console`) for every command line but
+    ``--help`` alone. A user error or a rejected option is printed as one line (lightning_edit.errors), exit status 1
+    (2 for an option); SIGTERM stops a run at its next safe point, exit status 143, saying how to resume; ``--debug``
+    or ``LIGHTNING_EDIT_DEBUG=1`` prints tracebacks. No message shows a secret of the command line, its config files
+    or the environment."""
     argv = list(sys.argv[1:] if args is None else args)
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     argv = [argument for argument in argv if argument != "--debug"]
@@ -252,7 +253,8 @@ def main(args: ArgsType = None) -> None:
     try:
         build_cli(argv, exit_on_error=False)
     except ArgumentError as error:
-        usage = f"lightning-edit {' '.join(argv[:1])} --help lists the options"
+        subcommand = next((argument for argument in argv if argument in EditCLI.subcommands()), None)
+        usage = " ".join(["lightning-edit", *([subcommand] if subcommand else []), "--help lists the options"])
         _exit(f"error: {_one_line(str(error))} ({usage})", 2)
     except SIGTERMException as error:
         saved = getattr(error, "checkpoint", None)

@@ -148,7 +148,7 @@ def test_metrics_imports_only_itself():
 
 def test_only_the_entry_point_imports_the_cli():
     importers = [module for module, names in package_imports().items() if any(within(n, "cli") for n in names)]
-    assert importers == ["lightning_edit.__main__"]  # python -m lightning_edit
+    assert importers == ["lightning_edit.console"]  # the console script (and python -m lightning_edit through it)
 
 
 def test_every_import_form_is_seen():
