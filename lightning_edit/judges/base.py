@@ -2,9 +2,9 @@
 
 A :class:`Judge` subclass implements :meth:`Judge.evaluate` for a batch of :class:`JudgeInput` and describes its
 identity (:meth:`Judge.settings`: everything that changes a verdict, never a secret). :meth:`Judge.judge` wraps it
-with the on-disk verdict cache (:mod:`lightning_edit.judges.cache`) and keeps :class:`JudgeStats`: verdicts, how
-many came from the cache, failed requests, missing verdicts, and every verdict's score by item (for agreement between
-judges, :mod:`lightning_edit.judges.agreement`).
+with the on-disk verdict cache (:mod:`lightning_edit.judges.cache`) and keeps :class:`JudgeStats`, by distinct item:
+verdicts, how many came from the cache, failed requests, missing verdicts, and every verdict's score (for agreement
+between judges, :mod:`lightning_edit.judges.agreement`).
 
 A verdict whose score is None is **missing**: the judge's answer could not be parsed, was outside its scale, or the
 request finally failed. The score kind then records the prompt as missing (left out of the means, counted as
@@ -85,21 +85,50 @@ class Verdict:
 
 @dataclass
 class JudgeStats:
-    """What a judge did since the last :meth:`Judge.take_stats`.
+    """What a judge did since the last :meth:`Judge.take_stats`, by item (:meth:`JudgeInput.key`).
+
+    The counts are of distinct items, so they are the same on 1 or N processes and however often an item is asked: a
+    prompt two cases share, a case the distributed sampler repeats to even out the shards, an answer an edit left as
+    it was. Two stats merge by union (:meth:`merge`).
 
     Attributes:
-        verdicts: verdicts given (cached ones included).
-        cached: verdicts read from the cache.
-        failed: requests that finally failed (recorded as missing).
-        missing: missing verdicts (failed requests and answers that could not be parsed or were out of scale).
+        judged: the items given a verdict (cached ones included).
+        evaluated: the items the judge evaluated (the others were read from the cache).
+        failed_requests: the items whose request failed at least once.
         scores: item key -> score of every verdict that is not missing.
     """
 
-    verdicts: int = 0
-    cached: int = 0
-    failed: int = 0
-    missing: int = 0
+    judged: set[str] = field(default_factory=set)
+    evaluated: set[str] = field(default_factory=set)
+    failed_requests: set[str] = field(default_factory=set)
     scores: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def verdicts(self) -> int:
+        """Items given a verdict."""
+        return len(self.judged)
+
+    @property
+    def cached(self) -> int:
+        """Items whose verdict was only read from the cache."""
+        return len(self.judged - self.evaluated)
+
+    @property
+    def failed(self) -> int:
+        """Items whose request failed and that no other request scored."""
+        return len(self.failed_requests - self.scores.keys())
+
+    @property
+    def missing(self) -> int:
+        """Items without a score: failed requests, answers that could not be parsed or were out of scale."""
+        return len(self.judged - self.scores.keys())
+
+    def merge(self, other: JudgeStats) -> None:
+        """Add ``other``'s items (another process's, for instance) to these."""
+        self.judged |= other.judged
+        self.evaluated |= other.evaluated
+        self.failed_requests |= other.failed_requests
+        self.scores.update(other.scores)
 
 
 class Judge:
@@ -168,13 +197,14 @@ class Judge:
             )
         verdicts = {item: fresh.get(item) or found[item.key()] for item in unique}
         for item, verdict in verdicts.items():
-            self.stats.verdicts += 1
-            self.stats.cached += verdict.cached
-            self.stats.failed += verdict.failed
-            if verdict.score is None:
-                self.stats.missing += 1
-            else:
-                self.stats.scores[item.key()] = verdict.score
+            key = item.key()
+            self.stats.judged.add(key)
+            if not verdict.cached:
+                self.stats.evaluated.add(key)
+            if verdict.failed:
+                self.stats.failed_requests.add(key)
+            if verdict.score is not None:
+                self.stats.scores[key] = verdict.score
         return [verdicts[item] for item in items]
 
     def take_stats(self) -> JudgeStats:

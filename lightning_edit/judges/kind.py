@@ -260,7 +260,7 @@ def reset_judge_stats(kinds: Mapping[str, ScoreKind]) -> None:
 
 
 def judge_report(kinds: Mapping[str, ScoreKind]) -> dict[str, Any]:
-    """What the judges of ``kinds`` did since the last report, summed over every process (each process must call it):
+    """What the judges of ``kinds`` did since the last report, gathered from every process (each must call it):
     ``{"judges": {kind: {class, settings, verdicts, from_cache, failed, missing}}, "judge_agreement": [...]}``,
     or ``{}`` if no judge gave a verdict. The judges' counts start again from zero."""
     judges = judges_of(kinds)
@@ -273,12 +273,7 @@ def judge_report(kinds: Mapping[str, ScoreKind]) -> dict[str, Any]:
     merged: dict[str, JudgeStats] = {}
     for share in shares:
         for name, stats in share.items():
-            total = merged.setdefault(name, JudgeStats())
-            total.verdicts += stats.verdicts
-            total.cached += stats.cached
-            total.failed += stats.failed
-            total.missing += stats.missing
-            total.scores.update(stats.scores)
+            merged.setdefault(name, JudgeStats()).merge(stats)
     if not merged:
         return {}
     described = {

@@ -5,6 +5,7 @@ import torch
 
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges import ExactMatchJudge, JudgeInput, LocalLMJudge, SymbolicMathJudge, build_judge, local_lm
+from lightning_edit.judges.base import JudgeStats
 from lightning_edit.judges.llm import TEMPLATES, load_template, parse_verdict, render
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 
@@ -143,6 +144,26 @@ def test_exact_match_uses_squad_normalisation_and_several_references():
     ]
     assert [v.score for v in judge.judge(items)] == [1.0, 1.0, 0.0]
     assert judge.stats.verdicts == 3 and judge.stats.cached == 0  # exact match keeps no cache by default
+
+
+def test_stats_count_distinct_items_however_often_they_are_asked():
+    paris, rome = JudgeInput.of("q", "Paris", "Paris"), JudgeInput.of("q", "Paris", "Rome")
+    judge = ExactMatchJudge()
+    judge.judge([paris, rome, paris])
+    judge.judge([paris])  # a later batch asks again: the same item
+    stats = judge.take_stats()
+    assert (stats.verdicts, stats.cached, stats.failed, stats.missing) == (2, 0, 0, 0)
+    assert stats.scores == {paris.key(): 1.0, rome.key(): 0.0} and judge.stats.verdicts == 0
+
+
+def test_stats_of_two_processes_merge_by_item():
+    """An item both processes judged counts once; read from the cache on one and evaluated on the other, it is not
+    counted as cached; failed on one and scored on the other, neither failed nor missing."""
+    first = JudgeStats(judged={"a", "b"}, evaluated={"a"}, failed_requests={"b"}, scores={"a": 1.0})
+    second = JudgeStats(judged={"a", "b", "c"}, evaluated={"b", "c"}, failed_requests={"c"}, scores={"b": 0.0})
+    first.merge(second)
+    assert (first.verdicts, first.cached, first.failed, first.missing) == (3, 0, 1, 1)
+    assert first.scores == {"a": 1.0, "b": 0.0}
 
 
 def test_a_local_judge_scores_a_judged_kind_in_the_scorer(tmp_path):
