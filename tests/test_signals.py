@@ -77,8 +77,8 @@ def test_sigterm_during_the_statistics_pass_saves_a_resumable_partial(tmp_path):
             f"--trainer.default_root_dir={root}",
         )  # fmt: skip
 
-    # one thread: on two, one CI run in many found a document's keys different at float32 rounding between
-    # processes (8e-7 on sums near 900), which is the forward's nondeterminism, not the resume's
+    # one thread: on two, one CI run in many found the sums different at float32 rounding (8e-7 near 900; the sums
+    # are float64), most likely a key the forward rounded differently in another process, not the resume
     status, err = terminate_when(
         validate(tmp_path / "cache", tmp_path / "a", True), "key statistics", tmp_path / "a.log", delay=0.3, threads=1
     )  # the pass takes seconds: the signal arrives during it
