@@ -1,9 +1,9 @@
 """The ``lightning-edit`` console script (and ``python -m lightning_edit``).
 
 ``lightning-edit --help`` is answered here, without importing torch or Lightning: building the real parser costs the
-import of Lightning (which imports torch, ``torch._dynamo`` and all of torchmetrics), about 6 to 10 s on a 2-core
-machine, to print four subcommand names. Every other command line, ``lightning-edit validate --help`` included (its
-options come from the editors' and benchmarks' signatures), goes to :func:`lightning_edit.cli.main`.
+import of Lightning (which imports torch, ``torch._dynamo`` and all of torchmetrics), 8 to 11 s measured on a
+2-core machine, to print four subcommand names. Every other command line, ``lightning-edit validate --help``
+included (its options come from the editors' and benchmarks' signatures), goes to :func:`lightning_edit.cli.main`.
 ``tests/test_console.py`` checks that this text names the real parser's subcommands and top-level options.
 """
 
