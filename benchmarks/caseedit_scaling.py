@@ -18,7 +18,6 @@ metrics), ``caseedit_curves.png`` (accuracy of each question against n, one curv
 distractors against n, per method).
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -30,6 +29,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 os.environ.setdefault("WANDB_MODE", "offline")
 
+from lightning_edit import tools  # noqa: E402
 from lightning_edit.cli import build_cli  # noqa: E402
 from lightning_edit.data.base import read_records  # noqa: E402
 from lightning_edit.data.caseedit import QUESTIONS  # noqa: E402
@@ -68,7 +68,7 @@ def run(args, method: str, limit: int, seed: int, eval_at: list[int], directory:
         *METHODS[method][1],
     ]
     print("lightning-edit validate " + " ".join(cli_args), file=sys.stderr)
-    return build_cli(["validate", *cli_args]).model.results
+    return build_cli(["validate", *cli_args], exit_on_error=False).model.results
 
 
 def collect(args, total: int) -> dict[tuple[str, int], list[dict[str, float]]]:
@@ -136,14 +136,15 @@ def plot(values, methods: list[str], root: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
     parser.add_argument("--path", default="builtin:data/toy/caseedit.json", help="the CaseEdit file")
     parser.add_argument("--convention", default="cloze", choices=["letter", "cloze"],
                         help="cloze for the toy models (they never saw an option list: letter is chance)")  # fmt: skip
     parser.add_argument("--answer-cue", default="Answer:", help="letter: the last prompt line ($'Answer:\\n': bare)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--n", nargs="+", type=int, default=[10, 20, 50, 100, 200], help="numbers of edits")
+    parser.add_argument("--n", nargs="+", type=tools.positive_int, default=[10, 20, 50, 100, 200],
+                        help="numbers of edits")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="--data.sample_seed of the repeats")
     parser.add_argument("--mode", default="fresh", choices=["fresh", "checkpoints"])
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
@@ -182,4 +183,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

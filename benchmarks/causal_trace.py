@@ -9,7 +9,6 @@ and every fact's own table. The noise is 3σ of the traced subjects' embeddings 
         --facts 20 --out docs/figures/causal-trace-smollm2-135m
 """
 
-import argparse
 import json
 import os
 import time
@@ -23,11 +22,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from lightning_edit import tools  # noqa: E402
 from lightning_edit.data import CounterFact  # noqa: E402
+from lightning_edit.errors import ConfigError  # noqa: E402
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer  # noqa: E402
 from lightning_edit.models.registry import resolve_architecture  # noqa: E402
 from lightning_edit.models.tokenization import encode_prompt, encode_prompt_target  # noqa: E402
-from lightning_edit.models.tracing import CATEGORIES, Fact, category_effects, noise_scale, trace_fact  # noqa: E402
+from lightning_edit.models.tracing import CATEGORIES, KINDS, Fact, category_effects, noise_scale, trace_fact  # noqa: E402
 
 
 def known_facts(model, tokenizer, path: str, n: int, skip: int = 0) -> list[Fact]:
@@ -76,23 +77,38 @@ def plot(averages: dict, title: str, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="gguf:smollm2-135m-instruct")
     parser.add_argument("--data", required=True, help="a CounterFact file (not the split you report)")
-    parser.add_argument("--facts", type=int, default=20)
-    parser.add_argument("--skip", type=int, default=0, help="records to pass over first")
-    parser.add_argument("--samples", type=int, default=10, help="noise draws per fact (paper: 10)")
-    parser.add_argument("--window", type=int, default=10, help="layers restored for mlp/attn (paper: 10)")
-    parser.add_argument("--kinds", nargs="+", default=["hidden", "mlp", "attn"])
+    parser.add_argument("--facts", type=tools.positive_int, default=20)
+    parser.add_argument("--skip", type=tools.non_negative_int, default=0, help="records to pass over first")
+    parser.add_argument("--samples", type=tools.positive_int, default=10, help="noise draws per fact (paper: 10)")
+    parser.add_argument("--window", type=tools.positive_int, default=10,
+                        help="layers restored for mlp/attn (paper: 10)")
+    parser.add_argument("--kinds", nargs="+", default=["hidden", "mlp", "attn"], choices=KINDS)
     parser.add_argument("--noise-factor", type=float, default=3.0)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=tools.positive_int, default=None)
     parser.add_argument("--out", required=True, help="output path without extension (.json and .png are written)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    with tools.output(out.with_suffix(".json"), "--out") as file:  # before the model loads: can it be written?
+        summary = summarise(args)
+        file.write(json.dumps(summary, indent=1) + "\n")
+    title = (f"{args.model}: {summary['facts']} known facts, {args.samples} noise draws, ν = {summary['noise']:.3g}; "
+             f"P* {summary['p_clean']:.3f}, corrupted {summary['p_corrupted']:.3f}")  # fmt: skip
+    plot(summary["average_indirect_effect"], title, out.with_suffix(".png"))
+    print(json.dumps({k: summary[k] for k in ("facts", "p_clean", "p_corrupted", "peak_layer", "seconds")}))
+
+
+def summarise(args) -> dict:
+    """The JSON summary of tracing the known facts of ``args.data`` (module docstring)."""
     model, tokenizer = load_model_and_tokenizer(ModelSource(args.model))
     arch = resolve_architecture(model)
     facts = known_facts(model, tokenizer, args.data, args.facts, args.skip)
+    if not facts:
+        raise ConfigError(f"--data {args.data!r}: the model knows none of its facts (after --skip {args.skip})")
     noise = noise_scale(model, tokenizer, arch, [fact.subject for fact in facts], args.noise_factor)
     start, traces = time.perf_counter(), []
     for index, fact in enumerate(facts):
@@ -133,14 +149,8 @@ def main() -> None:
             for t, table in zip(traces, tables)
         ],  # fmt: skip
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    title = (f"{args.model}: {len(traces)} known facts, {args.samples} noise draws, ν = {noise:.3g}; "
-             f"P* {summary['p_clean']:.3f}, corrupted {summary['p_corrupted']:.3f}")  # fmt: skip
-    plot(averages, title, out.with_suffix(".png"))
-    print(json.dumps({k: summary[k] for k in ("facts", "p_clean", "p_corrupted", "peak_layer", "seconds")}))
+    return summary
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

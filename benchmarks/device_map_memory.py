@@ -27,6 +27,8 @@ import torch
 from sharded_memory import SHAPES as ALL_SHAPES
 from transformers import AutoModelForCausalLM
 
+from lightning_edit import tools
+
 SHAPES = {name: ALL_SHAPES[name] for name in ("toy-gpt2", "gpt2-small")}  # GPT-2 shapes: blocks_on_disk's map
 
 
@@ -61,11 +63,12 @@ def _status_bytes(field: str) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = tools.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--batch", nargs=2, type=int, default=[8, 64], help="sequences, tokens")
-    parser.add_argument("--forwards", type=int, default=3, help="forwards timed (the fastest is reported)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch", nargs=2, type=tools.positive_int, default=[8, 64], help="sequences, tokens")
+    parser.add_argument("--forwards", type=tools.positive_int, default=3,
+                        help="forwards timed (the fastest is reported)")
+    parser.add_argument("--threads", type=tools.positive_int, default=1)
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # a child process: folder, map (JSON)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -95,4 +98,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

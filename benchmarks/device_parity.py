@@ -10,14 +10,15 @@ It checks that every editor runs with the model on a GPU, and how far its macro 
 a row with its error, and the script goes on.
 """
 
-import argparse
 import json
 import tempfile
 import traceback
 from pathlib import Path
 
 import torch
-from toy_runs import validate
+from toy_runs import PROTOCOLS, validate
+
+from lightning_edit import tools
 
 METHODS = (
     "unedited", "ROME", "r-ROME", "MEMIT", "AlphaEdit", "GRACE", "WISE", "FT", "FT-L", "FT-M", "LoRA", "RECT", "PROMPT",
@@ -35,15 +36,15 @@ EXTRA = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--protocols", nargs="+", default=["single"])
-    parser.add_argument("--limit", type=int, default=10)
+    parser.add_argument("--protocols", nargs="+", default=["single"], choices=PROTOCOLS)
+    parser.add_argument("--limit", type=tools.positive_int, default=10)
     parser.add_argument("--root", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: this script compares CPU and GPU runs")
+        tools.fail("no CUDA device: this script compares CPU and GPU runs")
     root = args.root or Path(tempfile.mkdtemp(prefix="device_parity_"))
     rows = []
     for protocol in args.protocols:
@@ -89,4 +90,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -22,7 +22,6 @@ embedded texts. Sections:
 4. peak memory (process peak RSS, and CUDA's max allocated memory when CUDA is used) after each section.
 """
 
-import argparse
 import os
 import random
 import resource
@@ -39,6 +38,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
+from lightning_edit import tools  # noqa: E402
 from lightning_edit.data import CounterFact  # noqa: E402
 from lightning_edit.editors import MEMIT, ROME, AlphaEdit  # noqa: E402
 from lightning_edit.editors.locate import EditSites  # noqa: E402
@@ -194,25 +194,31 @@ def solve_section(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes (overrides the others)")
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--hidden", type=int, default=256, help="hidden size (the keys have 4x as many dims)")
-    parser.add_argument("--edit-layers", type=int, nargs="+", default=[1, 2, 3, 4], help="MEMIT's; ROME: the last")
-    parser.add_argument("--n-edits", type=int, default=24)
-    parser.add_argument("--edit-batch-size", type=int, default=8, help="sequential protocol: edits per call")
-    parser.add_argument("--grad-steps", type=int, default=20, help="v*/z optimisation steps (reference: 20)")
+    parser.add_argument("--layers", type=tools.positive_int, default=6)
+    parser.add_argument("--hidden", type=tools.positive_int, default=256,
+                        help="hidden size (the keys have 4x as many dims)")
+    parser.add_argument("--edit-layers", type=tools.non_negative_int, nargs="+", default=[1, 2, 3, 4],
+                        help="MEMIT's; ROME: the last")
+    parser.add_argument("--n-edits", type=tools.positive_int, default=24)
+    parser.add_argument("--edit-batch-size", type=tools.positive_int, default=8,
+                        help="sequential protocol: edits per call")
+    parser.add_argument("--grad-steps", type=tools.positive_int, default=20,
+                        help="v*/z optimisation steps (reference: 20)")
     parser.add_argument("--nullspace-threshold", type=float, default=2e-2, help="AlphaEdit's tau")
-    parser.add_argument("--documents", type=int, default=400, help="statistics documents")
-    parser.add_argument("--texts-per-document", type=int, default=16, help="embedded texts joined per document")
-    parser.add_argument("--max-length", type=int, default=256, help="context length (tokens kept per document)")
-    parser.add_argument("--stats-batch-size", type=int, default=8)
-    parser.add_argument("--solver-d-in", type=int, default=2048)
-    parser.add_argument("--solver-n", type=int, nargs="+", default=[1, 10, 100, 1000])
+    parser.add_argument("--documents", type=tools.positive_int, default=400, help="statistics documents")
+    parser.add_argument("--texts-per-document", type=tools.positive_int, default=16,
+                        help="embedded texts joined per document")
+    parser.add_argument("--max-length", type=tools.positive_int, default=256,
+                        help="context length (tokens kept per document)")
+    parser.add_argument("--stats-batch-size", type=tools.positive_int, default=8)
+    parser.add_argument("--solver-d-in", type=tools.positive_int, default=2048)
+    parser.add_argument("--solver-n", type=tools.positive_int, nargs="+", default=[1, 10, 100, 1000])
     parser.add_argument("--lam", type=float, default=15000.0, help="MEMIT's mom2_update_weight")
-    parser.add_argument("--repeats", type=int, default=3, help="solve timings: best of this many")
+    parser.add_argument("--repeats", type=tools.positive_int, default=3, help="solve timings: best of this many")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--threads", type=tools.positive_int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -238,4 +244,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -8,7 +8,6 @@ whole command: parsing, loading the model, the Trainer, checks, scoring, reports
 cost. Prints each run and the median share of the time spent outside scoring.
 """
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -20,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 
 import torch  # noqa: E402
 
-from lightning_edit import evaluation  # noqa: E402
+from lightning_edit import evaluation, tools  # noqa: E402
 from lightning_edit.cli import build_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,29 +39,30 @@ def timed(method):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
-    parser.add_argument("--limit", type=int, default=100, help="the first cases of the toy CounterFact file")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--limit", type=tools.positive_int, default=100,
+                        help="the first cases of the toy CounterFact file")
+    parser.add_argument("--runs", type=tools.positive_int, default=5)
+    parser.add_argument("--threads", type=tools.positive_int, default=None,
+                        help="torch CPU threads (default: torch's choice)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     evaluation.CaseScorer.reference = timed(evaluation.CaseScorer.reference)
     evaluation.CaseScorer.score = timed(evaluation.CaseScorer.score)  # score_unedited calls score
-    directory = tempfile.mkdtemp(prefix="fixed_cost_")
+    directory = Path(tempfile.mkdtemp(prefix="fixed_cost_"))  # a folder per run: no run writes into another's
     command = [
         "validate", "--model=NoEdit", f"--config={ROOT / 'configs/models' / args.model}.yaml",
         f"--config={ROOT / 'configs/benchmarks/counterfact.yaml'}", "--data.path=builtin:data/toy/counterfact.json",
-        f"--data.limit={args.limit}", f"--trainer.default_root_dir={directory}", "--trainer.logger=false",
-        "--trainer.enable_progress_bar=false",
+        f"--data.limit={args.limit}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
     ]  # fmt: skip
-    build_cli(command)  # warm-up: file caches, lazy imports
+    build_cli([*command, f"--trainer.default_root_dir={directory / 'warm-up'}"])  # file caches, lazy imports
     shares = []
     for run in range(args.runs):
         scoring_seconds[0] = 0.0
         start = time.perf_counter()
-        build_cli(command)
+        build_cli([*command, f"--trainer.default_root_dir={directory / f'run{run}'}"])
         total = time.perf_counter() - start
         shares.append((total - scoring_seconds[0]) / total)
         print(f"run {run}: {total:.3f} s, scoring {scoring_seconds[0]:.3f} s, outside scoring {shares[-1]:.1%}")
@@ -71,4 +71,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -24,7 +24,6 @@ ROME edits ``--layer`` (5 for GPT-2 small) without the covariance (``mom2_adjust
 MEMIT edits ``--memit-layers`` with statistics of ``--documents`` embedded-text documents.
 """
 
-import argparse
 import os
 import random
 import resource
@@ -39,6 +38,7 @@ import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
+from lightning_edit import tools  # noqa: E402
 from lightning_edit.data import CounterFact  # noqa: E402
 from lightning_edit.editors import MEMIT, ROME  # noqa: E402
 from lightning_edit.editors.locate import EditSites  # noqa: E402
@@ -149,16 +149,18 @@ def cases_section(editor, cases, device: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--shapes", nargs="+", default=["gpt2-small", "llama"], choices=list(SHAPES))
     parser.add_argument("--methods", nargs="+", default=["rome", "memit"], choices=["rome", "memit"])
-    parser.add_argument("--steps", type=int, default=20, help="v*/z iterations per edit (no early stop)")
-    parser.add_argument("--layer", type=int, default=5, help="ROME's edited layer")
-    parser.add_argument("--memit-layers", type=int, nargs="+", default=[3, 4, 5, 6, 7, 8])
-    parser.add_argument("--cases", type=int, default=4, help="cases for cases/s (0: skip that section)")
-    parser.add_argument("--documents", type=int, default=200, help="MEMIT's statistics documents")
-    parser.add_argument("--matmul-size", type=int, default=2048)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--steps", type=tools.positive_int, default=20, help="v*/z iterations per edit (no early stop)")
+    parser.add_argument("--layer", type=tools.non_negative_int, default=5, help="ROME's edited layer")
+    parser.add_argument("--memit-layers", type=tools.non_negative_int, nargs="+", default=[3, 4, 5, 6, 7, 8])
+    parser.add_argument("--cases", type=tools.non_negative_int, default=4,
+                        help="cases for cases/s (0: skip that section)")
+    parser.add_argument("--documents", type=tools.positive_int, default=200, help="MEMIT's statistics documents")
+    parser.add_argument("--matmul-size", type=tools.positive_int, default=2048)
+    parser.add_argument("--threads", type=tools.positive_int, default=None,
+                        help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, few steps: a smoke run")
     args = parser.parse_args()
@@ -212,4 +214,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from lightning_edit import tools
+
 #: CounterFact's probability comparisons, then token accuracy of target_new and argmax agreement on neighbours: on
 #: the generated subjects the unedited model's ES is near chance (it knows neither object), its rewrite_acc is not
 METRICS = ("ES", "PS", "NS", "rewrite_acc", "locality_acc")
@@ -102,14 +104,17 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=(*DEFAULT_METHODS, REFERENCE))
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
-    parser.add_argument("--edits", type=int, default=10000)
-    parser.add_argument("--checkpoints", type=int, nargs="+", default=[1000, 5000, 10000])
-    parser.add_argument("--sample", type=int, default=200, help="cases scored at each checkpoint (eval_sample)")
-    parser.add_argument("--edit-batch-size", type=int, default=None, help="edits per call (default: the config's)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--edits", type=tools.positive_int, default=10000)
+    parser.add_argument("--checkpoints", type=tools.positive_int, nargs="+",
+                        help="edits after which the sample is scored (default: 1000, 5000, 10000 up to --edits)")
+    parser.add_argument("--sample", type=tools.positive_int, default=200,
+                        help="cases scored at each checkpoint (eval_sample)")
+    parser.add_argument("--edit-batch-size", type=tools.positive_int, default=None,
+                        help="edits per call (default: the config's)")
+    parser.add_argument("--threads", type=tools.positive_int, default=2, help="torch CPU threads")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     parser.add_argument("--plot", type=Path, default=None, help="write the curves to this PNG")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # the child process: the method to run
@@ -118,6 +123,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.run:
         return run_one(args)
+    if beyond := [checkpoint for checkpoint in args.checkpoints or [] if checkpoint > args.edits]:
+        parser.error(f"argument --checkpoints: {beyond[0]} is beyond --edits {args.edits}")
+    args.checkpoints = args.checkpoints or [n for n in (1000, 5000) if n < args.edits] + [min(args.edits, 10000)]
     root = args.root or Path(tempfile.mkdtemp(prefix="lifelong_stream_"))
     root.mkdir(parents=True, exist_ok=True)
     stream = root / f"toy_stream_{args.edits}.json"
@@ -151,4 +159,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import yaml
 
+from lightning_edit import tools
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: row name -> (method config, composes with a model preset, flags that make the row)
@@ -93,19 +95,20 @@ def run(argv: list[str], threads: int | None) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--preset", default="smollm2-135m", help="configs/models/<preset>.yaml")
     parser.add_argument("--benchmark", default="counterfact", choices=sorted(METRICS))
     parser.add_argument("--data", required=True, help="the benchmark file")
-    parser.add_argument("--offset", type=int, default=0, help="cases skipped first (--data.offset)")
-    parser.add_argument("--limit", type=int, default=100)
+    parser.add_argument("--offset", type=tools.non_negative_int, default=0, help="cases skipped first (--data.offset)")
+    parser.add_argument("--limit", type=tools.positive_int, default=100)
     parser.add_argument("--stats-corpus", help="key-statistics corpus for the editors that take one")
-    parser.add_argument("--stats-samples", type=int, default=600, help="its documents (--model.stats.n_samples)")
+    parser.add_argument("--stats-samples", type=tools.positive_int, default=600,
+                        help="its documents (--model.stats.n_samples)")
     parser.add_argument("--methods", nargs="+", default=["unedited", "ROME", "MEMIT"], choices=list(METHODS))
-    parser.add_argument("--protocol", default="single")
+    parser.add_argument("--protocol", default="single", choices=("single", "batch", "sequential"))
     parser.add_argument("--generated-answers", choices=["bare", "qa_inst", "chat"], help="--data.generated_answers")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="appended to every command")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=tools.positive_int, default=None)
     parser.add_argument("--root", type=Path, default=None)
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="real_editing_"))
@@ -136,4 +139,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

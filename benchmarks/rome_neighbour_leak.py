@@ -9,7 +9,6 @@ prints the largest |α| over the tokens of its neighbourhood prompt, beside whet
         --limit 100 --stats-corpus smollm2-samples.jsonl --rome <run>/cases.jsonl --unedited <run>/cases.jsonl
 """
 
-import argparse
 import json
 import statistics
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from lightning_edit import tools
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import ROME
 from lightning_edit.editors.locate import EditSites, compute_keys
@@ -41,13 +41,13 @@ def token_keys(editor: ROME, prompt: str) -> torch.Tensor:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--preset", default="smollm2-135m")
     parser.add_argument("--data", required=True)
-    parser.add_argument("--offset", type=int, default=0)
-    parser.add_argument("--limit", type=int, default=100)
+    parser.add_argument("--offset", type=tools.non_negative_int, default=0)
+    parser.add_argument("--limit", type=tools.positive_int, default=100)
     parser.add_argument("--stats-corpus", required=True)
-    parser.add_argument("--stats-samples", type=int, default=600)
+    parser.add_argument("--stats-samples", type=tools.positive_int, default=600)
     parser.add_argument("--rome", type=Path, required=True, help="cases.jsonl of the ROME run")
     parser.add_argument("--unedited", type=Path, required=True, help="cases.jsonl of the unedited run")
     args = parser.parse_args()
@@ -84,4 +84,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -8,12 +8,12 @@ embedded tokenizer. Each CounterFact record gives four (prompt, answer) pairs: r
 the new and the true object.
 """
 
-import argparse
 import time
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from lightning_edit import tools
 from lightning_edit.data.base import read_records
 from lightning_edit.models.loading import ModelSource, load_tokenizer
 from lightning_edit.scoring import score_targets
@@ -32,13 +32,14 @@ def pairs(path: str, n: int) -> tuple[list[str], list[str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--data", default="builtin:data/counterfact-flat.json")
-    parser.add_argument("--n", type=int, default=256, help="number of (prompt, target) pairs")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 32, 64])
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--n", type=tools.positive_int, default=256, help="number of (prompt, target) pairs")
+    parser.add_argument("--batch-sizes", type=tools.positive_int, nargs="+", default=[8, 32, 64])
+    parser.add_argument("--hidden", type=tools.positive_int, default=512)
+    parser.add_argument("--layers", type=tools.positive_int, default=6)
+    parser.add_argument("--threads", type=tools.positive_int, default=None,
+                        help="torch threads (default: torch's choice)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -65,4 +66,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

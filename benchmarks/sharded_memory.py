@@ -15,7 +15,6 @@ untied embeddings, random weights) and each number of processes, as ``configure_
 The model is built on the meta device and materialised after sharding, so no process ever holds it whole.
 """
 
-import argparse
 import os
 import resource
 import socket
@@ -24,6 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, LlamaConfig
+
+from lightning_edit import tools
 
 SHAPES = {
     "toy-gpt2": lambda: AutoConfig.from_pretrained(_builtin("toy-gpt2")),
@@ -123,11 +124,12 @@ def measure(shape: str, world: int, batch: int, length: int) -> tuple[int, int, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
+    parser = tools.ArgumentParser(description=__doc__)
+    parser.add_argument("--processes", type=tools.positive_int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--shapes", nargs="+", default=[shape for shape in SHAPES if shape != "llama-2-7b"],
                         choices=list(SHAPES))  # fmt: skip
-    parser.add_argument("--batch", type=int, nargs=2, default=[8, 64], help="sequences and tokens of the forward")
+    parser.add_argument("--batch", type=tools.positive_int, nargs=2, default=[8, 64],
+                        help="sequences and tokens of the forward")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mib = 2**20
@@ -144,4 +146,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -13,7 +13,6 @@ with that directory first on ``PYTHONPATH`` as well, interleaved with the instal
 comparison shares the machine's load.
 """
 
-import argparse
 import os
 import re
 import statistics
@@ -21,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from lightning_edit import tools
 
 STEPS = {
     "import torch": ["-c", "import torch"],
@@ -51,8 +52,8 @@ def slowest_imports(count: int) -> list[tuple[float, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5)
+    parser = tools.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=tools.positive_int, default=5)
     parser.add_argument("--checkout", type=Path, default=None, help="another checkout to compare (put on PYTHONPATH)")
     parser.add_argument("--importtime", action="store_true", help="list the slowest imports of lightning_edit.cli")
     args = parser.parse_args()
@@ -75,4 +76,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

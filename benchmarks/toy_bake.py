@@ -12,12 +12,13 @@ probability comparison; RQS counts only cases whose reverse question the unedite
 answer (the paper's filter).
 """
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 
 from toy_runs import validate
+
+from lightning_edit import tools
 
 POOL = "builtin:data/toy/counterfact.json"
 METRICS = ("ES", "GS", "LS", "RQS", "RJS")
@@ -43,11 +44,12 @@ ROWS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
     parser.add_argument("--methods", nargs="+", default=list(ROWS), choices=list(ROWS))
-    parser.add_argument("--limit", type=int, default=100, help="the first cases of the toy BAKE file")
-    parser.add_argument("--demonstrations", type=int, default=4, help="IKE's k (the toy models see 256 tokens)")
+    parser.add_argument("--limit", type=tools.positive_int, default=100, help="the first cases of the toy BAKE file")
+    parser.add_argument("--demonstrations", type=tools.positive_int, default=4,
+                        help="IKE's k (the toy models see 256 tokens)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="toy_bake_"))
@@ -72,4 +74,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

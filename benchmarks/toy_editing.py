@@ -12,13 +12,14 @@ scores every case on the final model. Metrics are macro means (ROME's aggregatio
 results.json of each run is under ``--root``.
 """
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 
 import torch
-from toy_runs import validate
+from toy_runs import PROTOCOLS, validate
+
+from lightning_edit import tools
 
 METHODS = (
     "unedited",
@@ -39,13 +40,16 @@ METRICS = ("ES", "PS", "NS")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
-    parser.add_argument("--protocols", nargs="+", default=["single", "sequential"])
+    parser.add_argument("--protocols", nargs="+", default=["single", "sequential"], choices=PROTOCOLS)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--limit", type=int, default=50, help="edits (the first cases of the toy CounterFact file)")
-    parser.add_argument("--edit-batch-size", type=int, default=1, help="sequential protocol: edits per editor call")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--limit", type=tools.positive_int, default=50,
+                        help="edits (the first cases of the toy CounterFact file)")
+    parser.add_argument("--edit-batch-size", type=tools.positive_int, default=1,
+                        help="sequential protocol: edits per editor call")
+    parser.add_argument("--threads", type=tools.positive_int, default=None,
+                        help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
     if args.threads:
@@ -74,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -19,11 +19,11 @@ its own left-hand symbol ("A = x * y." -> "A = 2 * (x + y)."), its description t
 the shipped counterfactual. Only Rel, Gen and Loc of this set mean anything (IP and RU keep the shipped targets).
 """
 
-import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
 
+from lightning_edit import tools
 from lightning_edit.data.base import read_records
 from lightning_edit.resources import resolve_path
 from lightning_edit.toy.benchmark_records import bake_records, counterfact_records
@@ -93,7 +93,7 @@ def heldout_ruleedit(out: Path, shipped: str = "builtin:data/ruleedit") -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("out", type=Path, help="the directory to write the files to")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -107,4 +107,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

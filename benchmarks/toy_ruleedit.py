@@ -13,12 +13,13 @@ accuracy (the reference code's token level); ``kappa`` is Cohen's kappa between 
 both graded in the run (results.json ``judge_agreement``).
 """
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 
 from toy_runs import validate
+
+from lightning_edit import tools
 
 METRICS = {
     "formula": ("Rel", "Gen", "Loc", "IP", "RU"),
@@ -39,11 +40,11 @@ def cell(metrics: dict, name: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="toy-rule-gpt2", help="a model preset: configs/models/<model>.yaml")
     parser.add_argument("--tasks", nargs="+", default=list(METRICS), choices=list(METRICS))
     parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=METHODS)
-    parser.add_argument("--limit", type=int, default=None, help="the first cases only")
+    parser.add_argument("--limit", type=tools.positive_int, default=None, help="the first cases only")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="toy_ruleedit_"))
@@ -81,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -12,8 +12,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 os.environ.setdefault("WANDB_MODE", "offline")
 
-from lightning_edit.cli import build_cli  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
 
 #: row name -> (method config, composes with a model preset, the toy flags; docs/toy-presets.md says where each is from)
@@ -35,6 +33,8 @@ METHODS = {
     "PROMPT": ("prompt", False, []),
     "IKE": ("ike", False, []),
 }
+#: the editors' protocols (EditorModule's ``protocol``)
+PROTOCOLS = ("single", "batch", "sequential")
 #: model -> row name -> flags that replace the toy-gpt2 values above (docs/toy-presets.md)
 MODEL_FLAGS = {"toy-llama": {"GRACE": ["--model.eps=9"], "UltraEdit": ["--model.lr=2e-3"]}}
 
@@ -52,7 +52,10 @@ def validate(
     that take none) and ``configs/benchmarks/<benchmark>.yaml`` under ``protocol``, then ``flags``; print its command
     on stderr.
 
-    Returns the run's metrics (results.json's) and its wall-clock seconds."""
+    Returns the run's metrics (results.json's) and its wall-clock seconds. A rejected option raises ``ArgumentError``
+    (one line under ``tools.run``), as ``lightning-edit`` prints it."""
+    from lightning_edit.cli import build_cli  # the scripts check their own options first, without Lightning
+
     config, composes, toy_flags = METHODS[method]
     toy_flags = toy_flags + MODEL_FLAGS.get(model, {}).get(method, [])  # the later flag wins
     if method != "unedited":
@@ -73,5 +76,5 @@ def validate(
     ]
     print("lightning-edit validate " + " ".join(args), file=sys.stderr)
     start = time.perf_counter()
-    cli = build_cli(["validate", *args])
+    cli = build_cli(["validate", *args], exit_on_error=False)
     return cli.model.results, time.perf_counter() - start

@@ -16,13 +16,14 @@ scripts (generation is seeded per case) judged by the rules the toy judge was tr
 (fractions); Exec/Coh/Cons/Comp are mean ratings (1-7); GE is the mean n-gram entropy of the sampled scripts.
 """
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 
 import torch
-from toy_runs import ROOT, build_cli, validate
+from toy_runs import ROOT, validate
+
+from lightning_edit import tools
 
 TOKEN_LEVEL = ("ES", "S-ES", "S-NS", "GE")
 TEXT_LEVEL = ("Exec", "Coh", "Cons", "Comp")
@@ -36,19 +37,23 @@ JUDGES = {
 
 def train_mend(root: Path) -> Path:
     """The toy GPT-2's MEND network, trained by ``configs/toy/mend.yaml`` into ``root``."""
+    from lightning_edit.cli import build_cli
+
     build_cli(["fit", f"--config={ROOT / 'configs/toy/mend.yaml'}", f"--trainer.default_root_dir={root}",
                "--trainer.logger=false", "--trainer.enable_progress_bar=false",
-               f"--model.output_dir={root}"])  # fmt: skip
+               f"--model.output_dir={root}"], exit_on_error=False)  # fmt: skip
     return root / "mend.pt"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--methods", nargs="+", default=list(ROWS), choices=ROWS)
-    parser.add_argument("--limit", type=int, default=50, help="the first cases of the toy ScEdit-CF file")
+    parser.add_argument("--limit", type=tools.positive_int, default=50,
+                        help="the first cases of the toy ScEdit-CF file")
     parser.add_argument("--mend", type=Path, default=None, help="a trained toy MEND network (default: train one)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the README's figures: 1)")
+    parser.add_argument("--threads", type=tools.positive_int, default=1,
+                        help="torch CPU threads (the README's figures: 1)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     root = args.root or Path(tempfile.mkdtemp(prefix="toy_scedit_"))
@@ -78,4 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -15,7 +15,6 @@ gives each row an empty cache of its own (N processes then share the pass). Prom
 checks.
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -23,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from lightning_edit import tools
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,9 +41,9 @@ def run(directory: Path, devices: int, args: list[str]) -> tuple[float, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--devices", type=int, nargs="+", default=[1, 2], help="process counts to time")
-    parser.add_argument("--limit", type=int, default=100, help="toy CounterFact cases")
+    parser = tools.ArgumentParser(description=__doc__)
+    parser.add_argument("--devices", type=tools.positive_int, nargs="+", default=[1, 2], help="process counts to time")
+    parser.add_argument("--limit", type=tools.positive_int, default=100, help="toy CounterFact cases")
     parser.add_argument("--method", default=None, help="an editor class instead of the quickstart's ROME")
     parser.add_argument("--cold-statistics", action="store_true", help="each row computes the key statistics")
     parser.add_argument("extra", nargs="*", help="more validate arguments (after --)")
@@ -84,4 +85,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

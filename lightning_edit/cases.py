@@ -18,6 +18,11 @@ preferred the alternative (the original answer) over the expected one (BAKE's fi
 prompts left out are counted as ``<group>_filtered``), and ``pre_edit`` also reports the group's metrics as scored
 on the unedited model, under ``<metric>_pre``.
 
+Every case is checked as it is built (:func:`prompt_fault`, so a new benchmark gets the check for free): a blank
+prompt (empty or whitespace only) and a group with metrics but no prompts (an empty list: the case would drop out of
+those metrics unseen) are :class:`DataFormatError` naming the file, record and field. A benchmark that leaves bad
+records out (ScEdit, RULE-EDIT) lists such a record under ``counts.skipped_records``; the others stop on it.
+
 :class:`EditBatches` serves cases in batches of consecutive cases (the unit processes share), :class:`TrainingEdit` is
 one example of a trainable editor's training data (MEND), and :func:`case_error` names the file and record of a case.
 """
@@ -81,6 +86,8 @@ class PromptGroup:
         weight: the weight of each of its prompts in its case's mean and in the micro mean (1: every prompt of a case
             counts alike; a benchmark that averages per block, as DMLE's code does, weighs a block's prompts by
             1 / its size).
+        record_field: the record's field its prompts were read from, named by errors about them (None: the group's
+            name).
     """
 
     prompts: tuple[str, ...]
@@ -91,6 +98,7 @@ class PromptGroup:
     pre_edit: bool = False
     details: tuple[Mapping[str, Any], ...] | None = field(default=None, hash=False)
     weight: float = 1.0
+    record_field: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.expected) != len(self.prompts):
@@ -110,12 +118,27 @@ class PromptGroup:
         alternative: str | None = None,
         pre_edit_filter: bool = False,
         pre_edit: bool = False,
+        record_field: str | None = None,
         **metrics: str,
     ) -> PromptGroup:
         """A group whose prompts all share one expected answer (and one alternative)."""
         prompts = tuple(prompts)
         alternatives = None if alternative is None else (alternative,) * len(prompts)
-        return cls(prompts, (expected,) * len(prompts), alternatives, dict(metrics), pre_edit_filter, pre_edit)
+        answers = (expected,) * len(prompts)
+        return cls(prompts, answers, alternatives, dict(metrics), pre_edit_filter, pre_edit, record_field=record_field)
+
+
+def prompt_fault(name: str, group: PromptGroup) -> tuple[str, str] | None:
+    """(field, why) if group ``name`` cannot be scored as read, else None: a blank prompt (nothing to score), or no
+    prompt in a group with metrics (an empty list: the case would drop out of them unseen)."""
+    field = group.record_field or name
+    if group.metrics and not group.prompts:
+        return field, f"an empty list of prompts: the case would drop out of {', '.join(group.metrics.values())}"
+    for position, prompt in enumerate(group.prompts):
+        if not prompt.strip():
+            where = field if len(group.prompts) == 1 else f"{field}[{position}]"
+            return where, f"empty prompt {prompt!r}: nothing to score"
+    return None
 
 
 @dataclass(frozen=True)
@@ -141,6 +164,9 @@ class EditCase:
     def __post_init__(self) -> None:
         if self.calls and (sum(self.calls) != len(self.requests) or min(self.calls) < 1):
             raise ValueError(f"case {self.case_id}: calls {self.calls} do not split its {len(self.requests)} requests")
+        for name, group in self.groups.items():
+            if fault := prompt_fault(name, group):
+                raise case_error(self, *fault)
 
     @property
     def editor_calls(self) -> list[tuple[EditRequest, ...]]:

@@ -14,17 +14,18 @@ trainer's log directory, sends them to the logger and prints the table (:mod:`li
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shutil
 import signal
+import subprocess
 import sys
+import time
 import traceback
 import warnings
 from argparse import ArgumentError
 from collections.abc import Callable, Mapping
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -32,7 +33,7 @@ from jsonargparse import ArgumentParser, Namespace
 from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import OnExceptionCheckpoint
 from lightning.pytorch.cli import ArgsType, LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_module
 
@@ -48,12 +49,14 @@ from lightning_edit.errors import (
     mask,
     mask_output,
     redact,
-    request_stop,
     secret_field,
     user_error,
 )
 from lightning_edit.presets import compose_presets
 from lightning_edit.report import RunReport
+from lightning_edit.run_folder import RunFolder
+from lightning_edit.stopping import request_stop, stop_agreed
+from lightning_edit.tools import one_line
 
 lightning_edit.data.import_all()  # registers the benchmarks for the short names of --data
 
@@ -94,12 +97,16 @@ class EditCLI(LightningCLI):
         return parser
 
     def _run_subcommand(self, subcommand: str) -> None:
-        """Run the subcommand; one that stops before writing anything but its settings leaves no log folder
-        (:func:`remove_settings_only_log_dir`)."""
+        """Run the subcommand in a folder of its own, refused before anything is written if it holds an earlier
+        run's files; one that stops before writing anything but its settings leaves none (:mod:`.run_folder`)."""
+        folder = RunFolder.claim(self.trainer, self.config_init[subcommand].get("ckpt_path"))
         try:
             super()._run_subcommand(subcommand)
-        except BaseException:
-            remove_settings_only_log_dir(self.trainer)
+        except BaseException as error:
+            if self.trainer.is_global_zero:
+                folder.release()
+            if user_error(error) is not None:
+                await_launched_processes(self.trainer)
             raise
 
     def before_validate(self) -> None:
@@ -139,6 +146,7 @@ class EditCLI(LightningCLI):
         """The trainer, whose loggers record hyper-parameters with their secrets redacted; a ``fit`` that trains
         also saves a checkpoint to resume from when it is stopped (:class:`InterruptCheckpoint`)."""
         trainer = super().instantiate_trainer(**kwargs)
+        trainer._signal_connector = StopSignals(trainer)
         for logger in trainer.loggers:
             logger.log_hyperparams = partial(_log_redacted, logger.log_hyperparams)
         closed_form = (
@@ -149,15 +157,42 @@ class EditCLI(LightningCLI):
         return trainer
 
 
+class StopSignals(_SignalConnector):
+    """Lightning's signal connector, whose SIGTERM handler only records the signal (:mod:`lightning_edit.stopping`):
+    Lightning's broadcasts the signal inside the handler, a collective that hangs the processes when the signal
+    reaches them at different points or one of them only. The trainer's loops see it (``trainer.received_sigterm``)
+    once every process has agreed to stop (:class:`InterruptCheckpoint`); an editor's steps stop on their own."""
+
+    def _sigterm_notifier_fn(self, signum: int, frame: Any) -> None:
+        request_stop(signum)
+
+
+def await_launched_processes(trainer: Trainer, seconds: float = 10.0) -> None:
+    """After a stop or a user error that every process meets at the same point, wait up to ``seconds`` for the
+    processes Lightning's launcher started, so the run ends whole, and keep its observer (which kills this process
+    when one of them exits non-zero) from turning this process's status 143 or 1 into a SIGKILL."""
+    launched = getattr(trainer.strategy.launcher, "procs", [])
+    deadline = time.monotonic() + seconds
+    for process in launched:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    launched.clear()  # the observer watches this list: empty, it has nothing to act on
+
+
 class InterruptCheckpoint(OnExceptionCheckpoint):
     """A fit stopped by SIGTERM or Ctrl-C saves ``<log dir>/interrupted.ckpt`` (recorded on the exception as
-    ``checkpoint``), to resume from with ``--ckpt_path``."""
+    ``checkpoint``), to resume from with ``--ckpt_path``. SIGTERM stops every process after the same training batch
+    (:func:`~lightning_edit.stopping.stop_agreed`)."""
 
     def __init__(self) -> None:
         super().__init__(dirpath=".", filename="interrupted")
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self.dirpath = trainer.log_dir or trainer.default_root_dir
+
+    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        if stop_agreed(trainer.strategy):
+            trainer._signal_connector.received_sigterm = True  # the training loop stops after this batch
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
@@ -168,40 +203,29 @@ class InterruptCheckpoint(OnExceptionCheckpoint):
             exception.checkpoint = self.ckpt_path
 
 
-#: what a run writes into its log folder before anything else: LightningCLI's config and the logger's hyper-parameters
-SETTINGS_FILES = frozenset({"config.yaml", "hparams.yaml"})
-
-
-def remove_settings_only_log_dir(trainer: Trainer) -> None:
-    """Remove the version folder (``lightning_logs/version_N``) that a CSV or TensorBoard logger made for a run that
-    stopped (a user error, SIGTERM) before writing anything but :data:`SETTINGS_FILES`. A folder holding anything else
-    (results, an ``interrupted.ckpt`` to resume from, logged metrics) is kept, and so is a folder that runs share (the
-    trainer's ``default_root_dir`` without such a logger, a logger's folder without a version)."""
-    logger = trainer.loggers[0] if trainer.loggers else None
-    if not trainer.is_global_zero or not isinstance(logger, (CSVLogger, TensorBoardLogger)):
-        return
-    folder = Path(logger.log_dir)  # not trainer.log_dir: a broadcast, which processes that stopped never answer
-    if folder.resolve() == Path(logger.root_dir).resolve():
-        return
-    if folder.is_dir() and all(path.is_file() and path.name in SETTINGS_FILES for path in folder.iterdir()):
-        shutil.rmtree(folder)
-
-
 def _log_redacted(log_hyperparams: Callable[..., None], params: Any, *args: Any, **kwargs: Any) -> None:
     log_hyperparams(redact(dict(params)) if isinstance(params, Mapping) else params, *args, **kwargs)
+
+
+def redact_namespace(config: Namespace) -> Namespace:
+    """A copy of ``config`` redacted as :func:`~lightning_edit.errors.redact` redacts a dict, also in the namespaces
+    of its lists (a list of loggers)."""
+    config = config.clone()
+    for key, value in config.items():
+        if secret_field(key, value):
+            config[key] = REDACTED
+        elif isinstance(value, list):
+            config[key] = [redact_namespace(item) if isinstance(item, Namespace) else redact(item) for item in value]
+        elif isinstance(value, (dict, str)):
+            config[key] = redact(value)
+    return config
 
 
 class SecretFreeSaveConfig(SaveConfigCallback):
     """LightningCLI's ``config.yaml`` of the run, with every secret-looking value redacted."""
 
     def __init__(self, parser: ArgumentParser, config: Namespace, *args: Any, **kwargs: Any):
-        config = config.clone()
-        for key, value in config.items():
-            if secret_field(key, value):
-                config[key] = REDACTED
-            elif isinstance(value, (dict, list)):
-                config[key] = redact(value)
-        super().__init__(parser, config, *args, **kwargs)
+        super().__init__(parser, redact_namespace(config), *args, **kwargs)
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Save it without validating it again: it was validated when parsed."""
@@ -244,18 +268,18 @@ def main(args: ArgsType = None) -> None:
     argv = list(sys.argv[1:] if args is None else args)
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     argv = [argument for argument in argv if argument != "--debug"]
-    add_secrets(argv_secrets(argv))
     mask_output()
-    if args is None:  # what loggers record of the command line (W&B's metadata), masked
-        sys.argv[1:] = [mask(argument) for argument in argv]
     signal.signal(signal.SIGTERM, request_stop)
     _silence_known_noise()
     try:
+        add_secrets(argv_secrets(argv))  # a config file it cannot read (not UTF-8, too deep) is a user error
+        if args is None:  # what loggers record of the command line (W&B's metadata), masked
+            sys.argv[1:] = [mask(argument) for argument in argv]
         build_cli(argv, exit_on_error=False)
     except ArgumentError as error:
         subcommand = next((argument for argument in argv if argument in EditCLI.subcommands()), None)
         usage = " ".join(["lightning-edit", *([subcommand] if subcommand else []), "--help lists the options"])
-        _exit(f"error: {_one_line(str(error))} ({usage})", 2)
+        _exit(f"error: {one_line(str(error))} ({usage})", 2)
     except SIGTERMException as error:
         saved = getattr(error, "checkpoint", None)
         hint = f"resume with the same command and --ckpt_path {saved}" if saved else "run the same command again"
@@ -297,16 +321,6 @@ def _silence_known_noise() -> None:
     for message, category, module in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=re.escape(message), category=category, module=module)
     rank_zero_module.log.addFilter(lambda record: not record.getMessage().startswith(LITLOGGER_TIP))
-
-
-def _one_line(message: str) -> str:
-    """jsonargparse's message of a rejected option in one line, without its dump of every Union alternative."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    if "Errors:" in lines and any(line.startswith("Given value type:") for line in lines):
-        start = lines.index("Errors:") + 1
-        end = next(i for i, line in enumerate(lines) if line.startswith("Given value type:"))
-        lines = lines[:1] + [line for line in lines[start:end] if "Expected a <class 'NoneType'>" not in line]
-    return " ".join(line.removeprefix("- ") for line in lines)
 
 
 def _exit(message: str, status: int) -> None:

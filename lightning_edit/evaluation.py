@@ -6,17 +6,26 @@ between kinds (the expected answer is read by ``prob``, ``token_acc``, ``logprob
 in one batched pass per request type. The unedited model's results (:meth:`CaseScorer.reference`) serve locality by
 agreement, BAKE's pre-edit filter and the ``<metric>_pre`` reports; an in-context editor's text is put before each
 prompt of its case.
+
+Every forward the scorer runs, of any request type, is checked for finite logits (:func:`finite_logits`): NaN or
+inf logits stop the run with a :class:`NonFiniteLogitsError` naming the first case they appear in, so a diverged
+edit never scores 0 silently (docs/metrics.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+import torch
+from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.cases import EditCase, PromptGroup
+from lightning_edit.cases import EditCase, PromptGroup, case_error
+from lightning_edit.errors import UserError
+from lightning_edit.models.sharding import is_sharded
 from lightning_edit.models.tokenization import format_prompt
 from lightning_edit.scoring import TargetScore
 from lightning_edit.scoring.kinds import BUILTIN_KINDS, PromptItem, Request, ScoreKind, Stage, Target, run_requests
@@ -27,6 +36,35 @@ Reference = dict[Request, Any]
 Scores = dict[str, tuple[str, list[tuple[int, int, float | None]]]]
 # metric name -> [(case id, prompt index, the text the model answered), ...]
 Answers = dict[str, list[tuple[int, int, str]]]
+
+
+class NonFiniteLogitsError(UserError):
+    """The model gave NaN or inf logits on a prompt being scored; names its file, record and group. The run stops: a
+    score read off such logits (every comparison false, every argmax token 0) would be a wrong result."""
+
+
+class NonFiniteLogits(Exception):
+    """A forward under :func:`finite_logits` gave NaN or inf logits (the scorer turns it into a
+    :class:`NonFiniteLogitsError` naming the case)."""
+
+
+@contextmanager
+def finite_logits(model: nn.Module) -> Iterator[None]:
+    """Raise :class:`NonFiniteLogits` from any forward of ``model`` inside the block whose logits (the output
+    embedding's output, or the model's) hold a NaN or +inf, or are −inf at every token of a position (−inf alone is a
+    token of probability 0: the distribution is still defined)."""
+
+    def check(module: nn.Module, args: Any, output: Any) -> None:
+        logits = getattr(output, "logits", output)
+        if isinstance(logits, torch.Tensor) and not bool(torch.isfinite(logits.amax(-1)).all()):  # amax keeps NaN
+            raise NonFiniteLogits
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    handle = (model if head is None else head).register_forward_hook(check)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 @dataclass
@@ -103,21 +141,55 @@ class CaseScorer:
                         except ValueError as error:
                             yield case, name, str(error)
 
-    def _run(self, requests: list[Request], owners: list[int] | None = None) -> dict[Any, Any]:
-        return run_requests(self.model, self.tokenizer, requests, self.config.batch_size, owners)
+    def _run(
+        self, cases: list[EditCase], asked: list[tuple[PromptItem, Request]], owners: dict[int, int] | None = None
+    ) -> dict[Any, Any]:
+        """The results of the ``asked`` requests (each with the prompt that asks it), checked for finite logits."""
+        try:
+            return self._run_checked(asked, owners)
+        except NonFiniteLogits:
+            item = self._first_non_finite(asked, owners)
+        case = next(case for case in cases if case.case_id == item.case_id)
+        if item.stage == "pre":
+            reason = "the unedited model's logits are non-finite (NaN/inf): check its weights and dtype"
+        else:
+            reason = (
+                f"the edit of case {item.case_id} made the model's logits non-finite (NaN/inf) (under batch or "
+                "sequential: the edits up to it)"
+            )
+        raise NonFiniteLogitsError(f"{case_error(case, item.group, reason)}; the run stops, no results are written")
+
+    def _run_checked(self, asked: list[tuple[PromptItem, Request]], owners: dict[int, int] | None) -> dict[Any, Any]:
+        requests = [request for _, request in asked]
+        owner_list = None if owners is None else [owners[item.case_id] for item, _ in asked]
+        with finite_logits(self.model):
+            return run_requests(self.model, self.tokenizer, requests, self.config.batch_size, owner_list)
+
+    def _first_non_finite(self, asked: list[tuple[PromptItem, Request]], owners: dict[int, int] | None) -> PromptItem:
+        """The first prompt whose requests alone give non-finite logits (run again prompt by prompt; on a sharded
+        model, whose forwards are collectives, the first prompt asked)."""
+        by_prompt: dict[tuple[int, str, int], list[tuple[PromptItem, Request]]] = {}
+        for item, request in asked:
+            by_prompt.setdefault((item.case_id, item.group, item.index), []).append((item, request))
+        for pairs in by_prompt.values() if not is_sharded(self.model) else ():
+            try:
+                self._run_checked(pairs, owners)
+            except NonFiniteLogits:
+                return pairs[0][0]
+        return asked[0][0]
 
     def reference(self, cases: list[EditCase]) -> Reference:
         """The current (unedited) model's results of every request the cases' kinds and pre-edit filters ask of it."""
-        requests: list[Request] = []
+        asked: list[tuple[PromptItem, Request]] = []
         for case in cases:
             for name, group in case.groups.items():
                 kinds = [self.kinds[kind] for kind in group.metrics]
                 for item in self._items(case, name, group, stage="pre"):
                     for kind in kinds:
-                        requests += kind.reference_requests(item, self.config)
+                        asked += [(item, request) for request in kind.reference_requests(item, self.config)]
                     if group.pre_edit_filter:
-                        requests += _filter_requests(item)
-        return self._run(requests)
+                        asked += [(item, request) for request in _filter_requests(item)]
+        return self._run(cases, asked)
 
     def score(
         self,
@@ -147,9 +219,7 @@ class CaseScorer:
                         requests += kind.requests(item, self.config)
                     slots.append((item, group, asks))
         asked = [(item, request) for item, _, asks in slots for *_, requests in asks for request in requests]
-        current = self._run(
-            [request for _, request in asked], None if owners is None else [owners[item.case_id] for item, _ in asked]
-        )
+        current = self._run(cases, asked, owners)
 
         def result(item: PromptItem, request: Request) -> Any:
             return current[request] if owners is None else current[owners[item.case_id], request]

@@ -33,6 +33,7 @@ from lightning_edit.errors import redact
 from lightning_edit.judges.base import JudgeFailedError
 from lightning_edit.judges.kind import judge_report, reset_judge_stats
 from lightning_edit.results import json_safe, markdown_table, write_results
+from lightning_edit.run_folder import run_folder
 
 
 def case_rows(
@@ -133,11 +134,10 @@ class RunReport(Callback):
     def report(self, trainer: Trainer, module: LightningModule) -> None:
         if not isinstance(module, EditorModule) or trainer.sanity_checking:
             return
-        directory = Path(trainer.log_dir or trainer.default_root_dir)  # a broadcast: every process asks
-        # gathered from every process too; a key pasted as api_key_env redacted
-        judges = redact(judge_report(module.score_kinds))
+        judges = redact(judge_report(module.score_kinds))  # from every process; a key pasted as api_key_env redacted
         if not trainer.is_global_zero:
             return
+        directory = run_folder(trainer)  # the folder the run claimed (lightning_edit.run_folder)
         datamodule = trainer.datamodule
         cases = datamodule.cases if isinstance(datamodule, EditDataModule) else []
         counts = {

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning_edit.errors import redact
 from lightning_edit.provenance import git_hash, package_versions
 from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind
 
@@ -68,7 +69,8 @@ def write_results(
     written as ``benchmark`` when there are any; ``judges``: the ``judges`` and ``judge_agreement`` blocks
     (:func:`~lightning_edit.judges.kind.judge_report`) when a judge scored anything; ``stream``: a sequential run's
     record at each ``eval_at`` checkpoint (edits applied, seconds spent editing, peak memory in bytes), when it has one;
-    ``kinds``: the benchmark's score kinds (their labels in results.md).
+    ``kinds``: the benchmark's score kinds (their labels in results.md). Every secret in any of them is redacted
+    (:func:`~lightning_edit.errors.redact`: a benchmark note or a judge's ``base_url`` with a password in it).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -84,6 +86,6 @@ def write_results(
         "git_hash": git_hash(),
     }
     path = directory / "results.json"
-    path.write_text(json.dumps(json_safe(payload), indent=2, default=str, allow_nan=False) + "\n")
+    path.write_text(json.dumps(json_safe(redact(payload)), indent=2, default=str, allow_nan=False) + "\n")
     (directory / "results.md").write_text(markdown_table(metrics, kinds) + "\n")
     return path

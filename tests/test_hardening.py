@@ -502,7 +502,8 @@ def test_a_prompt_too_long_with_its_in_context_text_is_named_before_any_edit(tmp
     path = tmp_path / "long_target.json"
     path.write_text(json.dumps(records))
     monkeypatch.chdir(tmp_path)
-    main(["validate", "--model=NoEdit", f"--model.lm.path={TINY}", "--data=CounterFact", f"--data.path={path}", *QUICK])
+    main(["validate", "--model=NoEdit", f"--model.lm.path={TINY}", "--data=CounterFact", f"--data.path={path}", *QUICK,
+          f"--trainer.default_root_dir={tmp_path / 'no-edit'}"])  # fmt: skip
     status, err = run_main(
         capsys, "validate", f"--config={ROOT / 'configs/methods/prompt.yaml'}", f"--model.lm.path={TINY}",
         "--data=CounterFact", f"--data.path={path}", *QUICK,

@@ -61,7 +61,7 @@ METHOD_FLAGS = {
     "rect": LOCATE,
     "rome": LOCATE,
     "ultraedit": [],
-    "wise": ["--model.n_iter=1", "--model.template_lengths=[[5, 1]]"],
+    "wise": ["--model.n_iter=1"],  # its own template lengths: a seed prompt longer than one must work
 }
 
 

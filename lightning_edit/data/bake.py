@@ -166,10 +166,14 @@ class BAKE(EditDataModule):
         }
         metrics = {name: kinds | self._generated(name) for name, kinds in metrics.items()}
         groups = {
-            "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, **metrics["ES"]),
-            "paraphrase": PromptGroup.shared_answer(reader.strings("paraphrase_prompts"), new, true, **metrics["GS"]),
+            "rewrite": PromptGroup.shared_answer(
+                [request.filled_prompt], new, true, record_field="requested_rewrite.prompt", **metrics["ES"]
+            ),
+            "paraphrase": PromptGroup.shared_answer(
+                reader.strings("paraphrase_prompts"), new, true, record_field="paraphrase_prompts", **metrics["GS"]
+            ),
             "neighborhood": PromptGroup.shared_answer(
-                reader.strings("neighborhood_prompts"), true, new, **metrics["LS"]
+                reader.strings("neighborhood_prompts"), true, new, record_field="neighborhood_prompts", **metrics["LS"]
             ),
         }
         statement = None
@@ -177,12 +181,15 @@ class BAKE(EditDataModule):
             prompt = reader.string("reverse_qa.prompt")
             qa_new, qa_true = reader.answer("reverse_qa.target_new"), reader.answer("reverse_qa.target_true")
             filtered = self.pre_edit_filter
-            groups["reverse_qa"] = PromptGroup.shared_answer([prompt], qa_new, qa_true, filtered, **metrics["RQS"])
+            field = "reverse_qa.prompt"
+            groups["reverse_qa"] = PromptGroup.shared_answer(
+                [prompt], qa_new, qa_true, filtered, record_field=field, **metrics["RQS"]
+            )
             groups["reverse_qa_new"] = PromptGroup.shared_answer(
-                [prompt], qa_new, pre_edit=True, logprob="RQ_logprob_new"
+                [prompt], qa_new, pre_edit=True, record_field=field, logprob="RQ_logprob_new"
             )
             groups["reverse_qa_true"] = PromptGroup.shared_answer(
-                [prompt], qa_true, pre_edit=True, logprob="RQ_logprob_true"
+                [prompt], qa_true, pre_edit=True, record_field=field, logprob="RQ_logprob_true"
             )
             statement = f"{prompt} {qa_new}"
         judge = reader.string("reverse_judge.prompt")
@@ -196,7 +203,9 @@ class BAKE(EditDataModule):
                 reader.answer("reverse_judge.target_new"),
                 reader.answer("reverse_judge.target_true"),
             )
-        groups["reverse_judge"] = PromptGroup.shared_answer([judge], yes, no, self.pre_edit_filter, **metrics["RJS"])
+        groups["reverse_judge"] = PromptGroup.shared_answer(
+            [judge], yes, no, self.pre_edit_filter, record_field="reverse_judge.prompt", **metrics["RJS"]
+        )
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
     def derived_metrics(self, results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -174,7 +174,9 @@ class CaseEdit(EditDataModule):
                 "roles": _roles(options, true, new),
             }
             metrics = {kind_name(self.convention, quantity): f"{name}_{quantity}" for quantity in QUANTITIES}
-            groups[name] = PromptGroup((prompt,), (options[answer],), metrics=metrics, details=(details,))
+            groups[name] = PromptGroup(
+                (prompt,), (options[answer],), metrics=metrics, details=(details,), record_field=f"questions.{name}"
+            )
         return EditCase(record["case_id"], (request,), groups, f"{self.path}#{reader.index}")
 
     def run_notes(self, module: Any) -> dict[str, Any]:

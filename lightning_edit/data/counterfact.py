@@ -99,16 +99,22 @@ class CounterFact(EditDataModule):
     def _rome_case(self, reader: RecordReader) -> EditCase:
         request = rome_request(reader, _ROME_KEYS)
         new, true = request.target_new, request.target_true
+        fields = ("requested_rewrite.prompt", "paraphrase_prompts", "neighborhood_prompts")
         groups = _groups(
             request,
             reader.strings("paraphrase_prompts"),
             reader.strings("neighborhood_prompts"),
             true,
             self.answer_kinds,
+            fields,
         )
-        groups["attribute"] = PromptGroup.shared_answer(reader.strings("attribute_prompts"), new, true)
+        attributes = reader.strings("attribute_prompts")
+        groups["attribute"] = PromptGroup.shared_answer(attributes, new, true, record_field="attribute_prompts")
         if self.generation:
-            groups["generation"] = PromptGroup.shared_answer(reader.strings("generation_prompts"), new, entropy="GE")
+            prompts = reader.strings("generation_prompts")
+            groups["generation"] = PromptGroup.shared_answer(
+                prompts, new, record_field="generation_prompts", entropy="GE"
+            )
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
     def _flat_case(self, reader: RecordReader) -> EditCase:
@@ -122,6 +128,7 @@ class CounterFact(EditDataModule):
             [reader.string("locality_prompt")],
             reader.answer("locality_ground_truth"),
             self.answer_kinds,
+            ("prompt", "rephrase_prompt", "locality_prompt"),
         )
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
@@ -144,18 +151,22 @@ def _groups(
     paraphrases: list[str],
     neighbours: list[str],
     neighbour_answer: str,
-    answers: dict[str, str] | None = None,
+    answers: dict[str, str] | None,
+    fields: tuple[str, str, str],
 ) -> dict[str, PromptGroup]:
     """The groups of both formats: rewrite (ES), paraphrase (PS) and neighborhood (NS, the true answer preferred),
-    with the generated-answer metrics of ``answers`` (:func:`~lightning_edit.data.answers.answer_kinds`)."""
+    with the generated-answer metrics of ``answers`` (:func:`~lightning_edit.data.answers.answer_kinds`); ``fields``:
+    the record fields of their prompts."""
     new, true = request.target_new, request.target_true
     rewrite = {"prob": "ES", "token_acc": "rewrite_acc"} | _generated(answers, "rewrite")
     paraphrase = {"prob": "PS", "token_acc": "rephrase_acc"} | _generated(answers, "paraphrase")
     neighborhood = {"prob": "NS", "agreement": "locality_acc"} | _generated(answers, "neighborhood")
     return {
-        "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, **rewrite),
-        "paraphrase": PromptGroup.shared_answer(paraphrases, new, true, **paraphrase),
-        "neighborhood": PromptGroup.shared_answer(neighbours, neighbour_answer, new, **neighborhood),
+        "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, record_field=fields[0], **rewrite),
+        "paraphrase": PromptGroup.shared_answer(paraphrases, new, true, record_field=fields[1], **paraphrase),
+        "neighborhood": PromptGroup.shared_answer(
+            neighbours, neighbour_answer, new, record_field=fields[2], **neighborhood
+        ),
     }
 
 

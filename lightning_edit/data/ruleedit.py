@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from lightning_edit.cases import EditCase, EditRequest, PromptGroup
+from lightning_edit.cases import EditCase, EditRequest, PromptGroup, prompt_fault
 from lightning_edit.data.base import DataFormatError, EditDataModule, RecordReader, read_records
 from lightning_edit.data.ruleedit_files import FILES, answer_list, as_written, has, rule_folders, source, strings
 from lightning_edit.errors import ConfigError
@@ -315,25 +315,27 @@ class RuleEdit(EditDataModule):
                 requests.append(EditRequest(template, subject, instance_answers[position], truth, request.extra))
             instances, instance_answers = instances[edited:], instance_answers[edited:]
         groups = {
-            "reliability": ([r.filled_prompt for r in requests], [r.target_new for r in requests], "Rel"),
-            "generalization": (strings(reader, "rephrase_prompt"), None, "Gen"),
+            "reliability": ("prompt", [r.filled_prompt for r in requests], [r.target_new for r in requests], "Rel"),
+            "generalization": ("rephrase_prompt", strings(reader, "rephrase_prompt"), None, "Gen"),
         }
         for block in ("neighborhood", "distracting"):
-            field = f"locality.{block}"
-            groups[block] = (*self._aligned(reader, f"{field}.prompt", f"{field}.ground_truth"), "Loc")
-        groups["instance"] = (instances, instance_answers, "IP")
-        prompts, targets = self._aligned(reader, "Rule_Understanding.prompt", "Rule_Understanding.target_new")
+            field = f"locality.{block}.prompt"
+            groups[block] = (field, *self._aligned(reader, field, f"locality.{block}.ground_truth"), "Loc")
+        groups["instance"] = ("Instance.prompt", instances, instance_answers, "IP")
+        field = "Rule_Understanding.prompt"
+        prompts, targets = self._aligned(reader, field, "Rule_Understanding.target_new")
         if view == "instance":
             if len(prompts) != 2:
-                raise reader.error("Rule_Understanding.prompt", f"expected [formula, description], found {prompts}")
-            groups["rule_understanding_formula"] = (prompts[:1], targets[:1], "RU_f")
-            groups["rule_understanding_description"] = (prompts[1:], targets[1:], "RU_d")
+                raise reader.error(field, f"expected [formula, description], found {prompts}")
+            groups["rule_understanding_formula"] = (field, prompts[:1], targets[:1], "RU_f")
+            groups["rule_understanding_description"] = (field, prompts[1:], targets[1:], "RU_d")
         else:
-            groups["rule_understanding"] = (prompts, targets, "RU")
+            groups["rule_understanding"] = (field, prompts, targets, "RU")
         built = {}
-        for name, (prompts, expected, metric) in groups.items():
-            if prompts:
-                built[name] = self._group(prompts, expected or [new] * len(prompts), view, metric)
+        for name, (field, prompts, expected, metric) in groups.items():
+            built[name] = self._group(prompts, expected or [new] * len(prompts), view, metric, field)
+            if fault := prompt_fault(name, built[name]):  # an empty list: the record is left out, and listed
+                raise reader.error(*fault)
         if self.aggregation == "cal_avg":  # cal_avg.py's Portability: the Instance and Rule_Understanding prompts
             for name in [name for name in built if name.startswith(("instance", "rule_understanding"))]:
                 built[f"portability.{name}"] = self._group(built[name].prompts, built[name].expected, view, "Port")
@@ -359,12 +361,14 @@ class RuleEdit(EditDataModule):
                 weighted[name] = replace(groups[name], weight=1 / size)
         return {name: weighted[name] for name in groups}
 
-    def _group(self, prompts: list[str], expected: list[str], view: str, metric: str) -> PromptGroup:
+    def _group(
+        self, prompts: list[str], expected: list[str], view: str, metric: str, field: str | None = None
+    ) -> PromptGroup:
         """A prompt group and the score kinds of its metric, one per convention: the one place kinds are chosen."""
         # DMLE pools the prompts of a rule's 3 records, RU_f and RU_d into RU
         name = metric.partition("_")[0] if self.case_grouping == "dmle_staged" else self._name(view, metric)
         metrics = {kind: name + suffix for kind, suffix in self.conventions(metric).items()}
-        return PromptGroup(tuple(prompts), tuple(expected), metrics=metrics)
+        return PromptGroup(tuple(prompts), tuple(expected), metrics=metrics, record_field=field)
 
     def _name(self, view: str, metric: str) -> str:
         """The reported name: the paper's, prefixed by the task under ``task: all``."""

@@ -4,13 +4,13 @@ another case than the prompt writes them. :mod:`lightning_edit.data.ruleedit` bu
 
 The loader reads the format's quirks as they are: ``Rule_Understanding`` strings in ``f_d.json`` but lists [formula,
 description] in ``ins.json``, ``ground_truth`` a list or absent, any number of instances. A file that cannot be read
-and a record with a missing, mistyped or blank field (an empty or whitespace-only prompt or answer) are left out and
-listed (file, record, reason) under ``counts.skipped_records`` in results.json; every other record loads. Read as
-DMLE's code reads them, and listed under ``benchmark.noted_records``: a ``case_id`` other than the folder's (the
-folder is the rule), an edit prompt without the subject (loaded whole: the editors that read keys at the subject leave
-it out), more answers than prompts or fewer (both cut to the shorter). A rule folder that repeats an earlier one, by
-its files (a copy under another name) or by its number (``01/`` after ``1/``), is left out and listed: the first in
-folder order (``1/`` before ``01/``) is read.
+and a record with a missing, mistyped or blank field (an empty or whitespace-only prompt or answer, an empty list of
+prompts) are left out and listed (file, record, reason) under ``counts.skipped_records`` in results.json; every other
+record loads. Read as DMLE's code reads them, and listed under ``benchmark.noted_records``: a ``case_id`` other than
+the folder's (the folder is the rule), an edit prompt without the subject (loaded whole: the editors that read keys at
+the subject leave it out), more answers than prompts or fewer (both cut to the shorter). A rule folder that repeats
+an earlier one, by its files (a copy under another name) or by its number (``01/`` after ``1/``), is left out and
+listed: the first in folder order (``1/`` before ``01/``) is read.
 """
 
 from __future__ import annotations

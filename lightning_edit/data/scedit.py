@@ -204,13 +204,16 @@ class ScEdit(EditDataModule):
     def _cf_case(self, reader: RecordReader) -> EditCase:
         request = self._request(reader, "target_new", "ground_truth", _CF_KEYS)
         new, true = request.target_new, request.target_true
-        groups = self._shared_groups(request, reader.strings("rephrase_prompts", at_least=1))
+        groups = self._shared_groups(request, reader.strings("rephrase_prompts", at_least=1), "rephrase_prompts")
+        neighbours = reader.strings("neighborhood_prompts", at_least=1)
         groups["script_neighborhood"] = PromptGroup.shared_answer(
-            reader.strings("neighborhood_prompts", at_least=1), true, new, prob="S-NS"
+            neighbours, true, new, record_field="neighborhood_prompts", prob="S-NS"
         )
         if self.generation:
             questions = reader.strings("generation_prompts", at_least=1)
-            groups["generation"] = PromptGroup.shared_answer(questions, new, entropy="GE")
+            groups["generation"] = PromptGroup.shared_answer(
+                questions, new, record_field="generation_prompts", entropy="GE"
+            )
         if self.text_level:
             groups["text"] = self._text_group(request, reader.strings("generation_prompts", at_least=1))
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
@@ -229,12 +232,13 @@ class ScEdit(EditDataModule):
             (request.target_new,) * len(questions),
             metrics={template: metric for metric, template in TEXT_METRICS.items()},
             details=tuple({"question": question, "context": context} for question in questions),
+            record_field="generation_prompts",
         )
 
     def _t_case(self, reader: RecordReader) -> EditCase:
         request = self._request(reader, "new_update", "old_update", _T_KEYS)
         questions = reader.strings("question", at_least=1)
-        groups = self._shared_groups(request, questions)
+        groups = self._shared_groups(request, questions, "question")
         neighbours = reader.get("neighborhood", list)
         if not neighbours:
             raise reader.error("neighborhood", "expected at least 1 neighbour, found 0")
@@ -248,17 +252,21 @@ class ScEdit(EditDataModule):
                     raise reader.error(f"{field}.{key}", "missing or not a non-empty string")
             prompts.append(neighbour["question"])
             objects.append(neighbour["object"])
-        groups["script_bleedover"] = PromptGroup(tuple(prompts), tuple(objects), metrics={"bleedover": "S-BO"})
+        groups["script_bleedover"] = PromptGroup(
+            tuple(prompts), tuple(objects), metrics={"bleedover": "S-BO"}, record_field="neighborhood"
+        )
         if self.generation:  # ScEdit-T has no Script Questions of its own: GE samples from its cloze prompts
-            groups["generation"] = PromptGroup.shared_answer(questions, request.target_new, entropy="GE")
+            groups["generation"] = PromptGroup.shared_answer(
+                questions, request.target_new, record_field="question", entropy="GE"
+            )
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
     @staticmethod
-    def _shared_groups(request: EditRequest, scripts: list[str]) -> dict[str, PromptGroup]:
+    def _shared_groups(request: EditRequest, scripts: list[str], scripts_field: str) -> dict[str, PromptGroup]:
         new, true = request.target_new, request.target_true
         return {
-            "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, prob="ES"),
-            "script": PromptGroup.shared_answer(scripts, new, true, prob="S-ES"),
+            "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, record_field="prompt", prob="ES"),
+            "script": PromptGroup.shared_answer(scripts, new, true, record_field=scripts_field, prob="S-ES"),
         }
 
 

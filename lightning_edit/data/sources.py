@@ -7,8 +7,9 @@ path. Every file is verified against its published SHA-256 or, where none is kno
 download, which is recorded in a lock file (``sha256.lock.json``) next to it, so a later change upstream is an error
 (hashes compare in any letter case; a lock file edited into another shape is an error naming it). A zip archive
 that does not open or fails its members' CRC check (a truncated download) is an error naming it, and its hash is not
-locked. A file put in place by hand (no network) is accepted and verified the same way. A new benchmark adds its own
-source with :func:`register_source`.
+locked. A file put in place by hand (no network) is accepted and verified the same way. An archive's extracted folder
+is tied to the archive's hash (recorded beside it in ``<archive>.extracted``): an archive replaced by hand is extracted
+anew, nothing of the old one kept. A new benchmark adds its own source with :func:`register_source`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -137,15 +139,32 @@ def fetch(name: str, directory: str | Path | None = None) -> Path:
     """
     source = get_source(name)
     folder = cache_dir(directory) / source.name
+    _read_lock(folder / LOCK_FILE)  # a bad lock file stops the fetch before anything is downloaded
     for file in source.files:
         path = folder / file.filename
         downloaded = not path.is_file()
         if downloaded:
             _download(source, file, folder)
-        _verify(source, file, folder, downloaded)
+        sha256 = _verify(source, file, folder, downloaded)
         if path.suffix == ".zip":
-            pooch.Unzip(extract_dir=path.stem)(str(path), "download" if downloaded else "fetch", None)
+            _extract(path, sha256)
     return _target(source, folder)
+
+
+def _extract(archive: Path, sha256: str) -> None:
+    """Extract ``archive`` into the folder named after it, unless that folder holds this very archive (its hash,
+    recorded in ``<archive>.extracted``, is ``sha256``): another archive's folder is replaced whole."""
+    folder, record = archive.with_suffix(""), archive.with_name(archive.name + ".extracted")
+    if folder.is_dir() and record.is_file() and record.read_text(encoding="utf-8").strip() == sha256:
+        return
+    staging = archive.with_name(archive.name + ".extracting")
+    shutil.rmtree(staging, ignore_errors=True)
+    with zipfile.ZipFile(archive) as bundle:
+        bundle.extractall(staging)
+    record.unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    record.write_text(sha256 + "\n", encoding="utf-8")
 
 
 def _target(source: DataSource, folder: Path) -> Path:
@@ -215,9 +234,9 @@ def _download(source: DataSource, file: SourceFile, folder: Path) -> None:
         raise _mismatch(source, file, folder, downloader.sha256, expected, kept=False) from None
 
 
-def _verify(source: DataSource, file: SourceFile, folder: Path, downloaded: bool) -> None:
+def _verify(source: DataSource, file: SourceFile, folder: Path, downloaded: bool) -> str:
     """Check the file against its known or locked hash, and a zip archive's contents; then lock the hash of a file
-    that has none."""
+    that has none. Returns the file's hash."""
     path = folder / file.filename
     expected = _expected_hash(file, folder)
     actual = pooch.file_hash(str(path))
@@ -232,14 +251,20 @@ def _verify(source: DataSource, file: SourceFile, folder: Path, downloaded: bool
         entries = _read_lock(lock)
         entries[file.filename] = {"sha256": actual, "url": file.url}
         temporary = lock.with_name(lock.name + ".tmp")
-        temporary.write_text(json.dumps(entries, indent=2) + "\n", encoding="utf-8")
-        temporary.replace(lock)
+        try:
+            temporary.write_text(json.dumps(entries, indent=2) + "\n", encoding="utf-8")
+            temporary.replace(lock)
+        except OSError as error:  # a read-only folder: one line, and no temporary file left behind
+            if temporary.is_file():
+                temporary.unlink()
+            raise DataSourceError(f"{lock}: cannot write the lock file ({error}); is its folder writable?") from None
         log.warning(
             "%s: no published checksum; recorded its sha256 %s in %s, later downloads are verified against it",
             path,
             actual,
             lock,
         )
+    return actual
 
 
 def _check_archive(source: DataSource, file: SourceFile, path: Path, downloaded: bool) -> None:
@@ -273,9 +298,11 @@ def _expected_hash(file: SourceFile, folder: Path) -> str | None:
 
 def _read_lock(lock: Path) -> dict[str, dict[str, str | None]]:
     """The entries of a lock file (file name -> ``{"sha256": ..., "url": ...}``); a malformed one is an error."""
-    if not lock.is_file():
-        return {}
     fix = "delete it to lock the hashes anew"
+    if not lock.exists():
+        return {}
+    if not lock.is_file():
+        raise DataSourceError(f"{lock}: the lock file is not a file (a folder?); {fix}")
     try:
         entries = json.loads(lock.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:

@@ -116,15 +116,17 @@ class ZsRE(EditDataModule):
         extra = {key: value for key, value in reader.record.items() if key not in _USED_KEYS}
         groups = {
             "rewrite": PromptGroup.shared_answer(
-                [question], new, token_acc="rewrite_acc", **self._generated("rewrite")
+                [question], new, record_field="src", token_acc="rewrite_acc", **self._generated("rewrite")
             ),
             "rephrase": PromptGroup.shared_answer(
-                [rephrase], new, token_acc="rephrase_acc", **self._generated("rephrase")
+                [rephrase], new, record_field="rephrase", token_acc="rephrase_acc", **self._generated("rephrase")
             ),
             "locality": PromptGroup.shared_answer(
-                [loc], loc_answer, agreement="locality_acc", **self._generated("locality")
+                [loc], loc_answer, record_field="loc", agreement="locality_acc", **self._generated("locality")
             ),
-            "neighborhood": PromptGroup.shared_answer([loc + "?"], loc_answer, token_acc="neighborhood_acc"),
+            "neighborhood": PromptGroup.shared_answer(
+                [loc + "?"], loc_answer, record_field="loc", token_acc="neighborhood_acc"
+            ),
         }
         request = EditRequest(template, subject, new, true, extra)
         return EditCase(case_id, (request,), groups, f"{self.path}#{reader.index}")

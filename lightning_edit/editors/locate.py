@@ -77,6 +77,8 @@ class EditSites:
         ultraedit_modules: which projections of those layers UltraEdit edits: ``mlp_out`` (the MLP output
             projection, the repo's GPT-J and Mistral choice) and/or ``mlp_in`` (LLaMA/Qwen gate and up projections,
             GPT-2 ``c_fc``; the repo's Qwen2.5 choice).
+        ultraedit_lr: UltraEdit's η for this model (it grows with the model's scale: toy GPT-2 5e-4, toy LLaMA
+            2e-3, SmolLM2-135M 5e-4); None: UltraEdit's own default, 1e-6. ``--model.lr`` overrides it.
     """
 
     rome_layer: int = 5
@@ -89,6 +91,7 @@ class EditSites:
     wise_layer: int | None = None
     ultraedit_layers: list[int] | None = None
     ultraedit_modules: list[Literal["mlp_in", "mlp_out"]] = field(default_factory=lambda: ["mlp_out"])
+    ultraedit_lr: float | None = None
 
 
 def context_templates(
@@ -108,7 +111,9 @@ def context_templates(
         seed: seeds the sampling; group ``g`` of ``lengths`` is sampled with seed ``seed + g``.
         seed_prompts: the texts the samples start from, used in turn (sample ``i`` of a group starts from
             ``seed_prompts[i % len(seed_prompts)]``) and kept at the start of the text. ``None``: the BOS token
-            alone (ROME's ``<|endoftext|>``), which is not part of the text.
+            alone (ROME's ``<|endoftext|>``), which is not part of the text. A seed prompt of ``length`` tokens or
+            more is its own text, nothing sampled after it (as the reference's ``generate_fast``), so a seed
+            prompt longer than a length works with every tokenizer.
         top_k: the sampling's top-k.
 
     Braces are removed from the sampled texts so that each template has exactly one ``{}``.
@@ -125,9 +130,13 @@ def context_templates(
     try:
         for group, (length, count) in enumerate(lengths):
             prompts = [seed_prompts[i % len(seed_prompts)] for i in range(count)]
-            continuations = generate(
-                model, tokenizer, prompts, max_length=length, do_sample=True, top_k=top_k, seed=seed + group
+            short = [prompt for prompt in prompts if len(encode_prompt(tokenizer, prompt)) < length]
+            sampled = iter(
+                generate(model, tokenizer, short, max_length=length, do_sample=True, top_k=top_k, seed=seed + group)
+                if short
+                else []
             )
+            continuations = [next(sampled) if prompt in short else "" for prompt in prompts]
             for prompt, continuation in zip(prompts, continuations):
                 text = _join(tokenizer, prompt, continuation).replace("{", "").replace("}", "")
                 templates.append(f"{text}. {{}}")

@@ -60,10 +60,11 @@ from tqdm.auto import tqdm
 from lightning_edit.cases import EditCase, EditRequest, case_error, loader_cases
 from lightning_edit.editors.in_context import InContextPrompts
 from lightning_edit.editors.placement import ModelPlacement
-from lightning_edit.errors import ConfigError, Interrupted, stop_requested
+from lightning_edit.errors import ConfigError, Interrupted
 from lightning_edit.evaluation import Answers, CaseScorer
 from lightning_edit.models.sharding import broadcast_shards
 from lightning_edit.models.tokenization import encode_prompt_targets
+from lightning_edit.stopping import in_step, stop_agreed, stop_requested
 
 
 class Undo(Protocol):
@@ -144,7 +145,8 @@ class ProtocolRunner(ModelPlacement):
         if self.trainer.world_size > 1 and self.shard_mesh is None:
             self.compute_statistics_shard(self.trainer.global_rank, self.trainer.world_size)
             self.trainer.strategy.barrier("key statistics")
-        self.prepare_statistics()
+        with in_step(self.trainer.strategy if self.shard_mesh is not None else None):
+            self.prepare_statistics()
 
     def transfer_batch_to_device(self, batch: list[EditCase], device: torch.device, dataloader_idx: int) -> list:
         return batch  # edit cases hold text; the scorer tokenizes onto the model's device
@@ -207,9 +209,8 @@ class ProtocolRunner(ModelPlacement):
     def _apply_in_order(self, cases: list[EditCase], description: str) -> Iterator[int]:
         """Apply ``cases`` cumulatively, ``edit_batch_size`` per editor call; yields the number applied so far.
 
-        After the editor call during which SIGTERM arrived (on any process: every process stops after the same call),
-        raises :class:`~lightning_edit.errors.Interrupted`. The trainer notes SIGTERM once its loop runs;
-        ``lightning-edit`` also notes one that arrives before (``fit`` edits in ``on_fit_start``, before the loop).
+        After the editor call during which SIGTERM arrived (on any process: every process stops after the same call,
+        :func:`~lightning_edit.stopping.stop_agreed`), raises :class:`~lightning_edit.errors.Interrupted`.
         """
         with self._progress(len(cases), description) as bar:
             for start in range(0, len(cases), self.edit_batch_size):
@@ -218,8 +219,7 @@ class ProtocolRunner(ModelPlacement):
                     self.apply_edits(call)
                 bar.update(len(chunk))
                 applied = start + len(chunk)
-                stop = self.trainer.received_sigterm or stop_requested() is not None
-                if self.trainer.strategy.reduce_boolean_decision(stop, all=False):
+                if stop_agreed(self.trainer.strategy):
                     raise Interrupted(
                         f"{description} stopped by SIGTERM after {applied} of {len(cases)} cases; the edits are not "
                         "kept: run the same command again"
@@ -274,6 +274,12 @@ class ProtocolRunner(ModelPlacement):
     def on_fit_start(self) -> None:
         """Closed-form editing: apply every training case, export the result, undo the edits, and end the fit."""
         cases = loader_cases(self.trainer.datamodule.train_dataloader())  # every case, on every process
+        if not all(isinstance(case, EditCase) for case in cases):  # MEND's training edits (EditTraining)
+            data = type(self.trainer.datamodule).__name__
+            raise ConfigError(
+                f"{type(self).__name__}'s fit edits the cases of a benchmark (e.g. --config "
+                f"configs/benchmarks/counterfact.yaml), not the training edits of {data} (MEND trains on those)"
+            )
         self.check_cases(cases)
         self._leave_out_requests(cases)
         cases = self._editable(cases)
@@ -369,7 +375,9 @@ class ProtocolRunner(ModelPlacement):
             edit_groups = [[case] for case in batch]
         else:
             edit_groups = [batch]
-        for cases in edit_groups:
+        for done, cases in enumerate(edit_groups):
+            if done and self._stopping():  # after the case during which a stop signal arrived
+                break
             answers = {}
             # every process's scoring forwards end (lockstep) before any undoes its shard of the edit
             with self.edits_applied(self._requests(cases), self._editor_calls(cases)), self.lockstep():
@@ -377,14 +385,25 @@ class ProtocolRunner(ModelPlacement):
                 scores = scorer.score(scored, reference, self._contexts, answers=answers)
             self._update_metrics(scores, "", answers)
 
+    def _stopping(self) -> bool:
+        """Whether to stop between two cases of a batch: the processes of a sharded model edit them in step and
+        decide together; others edit their own cases and stop on their own (the end of the batch then agrees)."""
+        if self.shard_mesh is not None:
+            return stop_agreed(self.trainer.strategy)
+        return stop_requested() is not None
+
     def _stop_if_requested(self, batch_idx: int) -> None:
-        """After a batch during which this process received SIGTERM (judge requests stop at once, the edits are
-        undone), raise :class:`~lightning_edit.errors.Interrupted`: no results are written from a part of the cases;
-        the judges' verdicts so far are in their caches, for the next run."""
-        if self.trainer.received_sigterm or stop_requested() is not None:
+        """After a batch during which a process received SIGTERM (the case being edited finished and was undone, the
+        rest of the batch left; judge requests stop at once), raise :class:`~lightning_edit.errors.Interrupted` on
+        every process: no results are written from a part of the cases."""
+        if stop_agreed(self.trainer.strategy):
+            edited = f"editing ({self.protocol})" if self.edits_weights else "scoring"
+            edited = "scoring the edited model" if self._sequential is not None else edited
+            judged = any(getattr(kind, "judge", None) is not None for kind in self.score_kinds.values())
+            cached = "; the judges' verdicts so far are cached" if judged else ""
             raise Interrupted(
-                f"scoring stopped by SIGTERM in batch {batch_idx + 1}; no results are written, the judges' verdicts "
-                "so far are cached: run the same command again"
+                f"{edited} stopped by SIGTERM in batch {batch_idx + 1}; no results are written{cached}: run the same "
+                "command again"
             )
 
     def test_step(self, batch: list[EditCase], batch_idx: int) -> None:

@@ -32,6 +32,8 @@ from lightning_edit.models.registry import from_linear, resolve_architecture, we
 
 #: ε of the normalisation: float32's machine epsilon, as the reference code
 NORM_EPS = torch.finfo(torch.float32).eps
+#: η where neither ``lr`` nor the preset's ``sites.ultraedit_lr`` is given (EasyEdit's Gemma-3 27B config)
+DEFAULT_LR = 1e-6
 
 
 def value_shifts(keys_hat: Tensor, gradients_hat: Tensor, lr: float) -> Tensor:
@@ -58,8 +60,10 @@ class UltraEdit(EditorModule):
     Args:
         lm: the causal language model to edit.
         sites: ``sites.ultraedit_layers`` and ``sites.ultraedit_modules`` (a model preset sets them): the edited
-            projections; by default the MLP output projections of the two layers before the last.
-        lr: η, the step of the value shifts (UltraEdit repo, EasyEdit's Gemma-3 27B config: 1e-6).
+            projections; by default the MLP output projections of the two layers before the last. Also
+            ``sites.ultraedit_lr``, η for the model.
+        lr: η, the step of the value shifts; None: the model preset's ``sites.ultraedit_lr``, else 1e-6 (UltraEdit
+            repo, EasyEdit's Gemma-3 27B config). It depends on the model, so the preset holds it.
         ridge: λ of the least-squares solve (reference: 1, the identity added to KᵀK).
         rows: the tokens whose keys and gradients enter: ``all`` real tokens of prompt and target (the reference's
             ``token: mask``) or the ``target`` tokens only (its ``token: ans``).
@@ -72,19 +76,20 @@ class UltraEdit(EditorModule):
         self,
         lm: ModelSource,
         sites: EditSites | None = None,
-        lr: float = 1e-6,
+        lr: float | None = None,
         ridge: float = 1.0,
         rows: Literal["all", "target"] = "all",
         pass_size: int = 10,
         **kwargs,
     ):
+        sites = sites or EditSites()
+        lr = next((value for value in (lr, sites.ultraedit_lr) if value is not None), DEFAULT_LR)
         require(lr > 0, "lr", lr, "η, the step of the value shifts, is positive")
         require(ridge > 0, "ridge", ridge, "λ of the solve is positive (KᵀK alone may be singular)")
         require(pass_size >= 1, "pass_size", pass_size, "requests per forward and backward pass, at least 1")
         super().__init__(lm, **kwargs)
         self.lr, self.ridge, self.rows, self.pass_size = lr, ridge, rows, pass_size
         arch = resolve_architecture(self.model)
-        sites = sites or EditSites()
         layers = sites.ultraedit_layers
         if layers is None:
             layers = list(range(arch.num_layers))[-3:-1]

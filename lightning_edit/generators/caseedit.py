@@ -26,7 +26,6 @@ its retries); a request that still fails stops the run (resume it later): it is 
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from collections import Counter
@@ -37,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from lightning_edit import tools
 from lightning_edit.data.base import DataFormatError, RecordReader, read_records
 from lightning_edit.data.caseedit import LETTERS, QUESTIONS, parse_record
 from lightning_edit.resources import resolve_path
@@ -253,13 +253,14 @@ def _question(answer: Any, name: str, ground_truth: str, target_new: str, rng: r
 
 
 def main(argv: list[str] | None = None) -> PipelineStats:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--input", required=True, help="seeds: JSON list or JSONL of {subject, relation, ground_truth}")
     parser.add_argument("--output", required=True, help="the JSONL file records are appended to (resumed if present)")
     parser.add_argument("--model", default="gpt-4o-mini", help="the chat model (the paper: gpt-4o-mini)")
     parser.add_argument("--base-url", default=None, help="an OpenAI-compatible server; default: the OpenAI API")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="the environment variable holding the key")
-    parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed request, with backoff")
+    parser.add_argument("--max-retries", type=tools.non_negative_int, default=2,
+                        help="retries of a failed request, with backoff")
     parser.add_argument("--templates", default=TEMPLATES, help="directory of location/ground_truth/questions.yaml")
     parser.add_argument("--seed", type=int, default=0, help="seed of the option shuffling")
     args = parser.parse_args(argv)
@@ -274,4 +275,4 @@ def main(argv: list[str] | None = None) -> PipelineStats:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

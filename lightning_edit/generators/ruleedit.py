@@ -16,7 +16,6 @@ an auxiliary value is shown rounded and the final answer is computed exactly.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
@@ -27,6 +26,7 @@ from typing import Any
 
 import sympy
 
+from lightning_edit import tools
 from lightning_edit.generators.ruleedit_rules import (
     BY_KEY,
     HIERARCHY,
@@ -347,7 +347,7 @@ def generate(out: str | Path, seed: int = 0) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> None:
     """The command line: ``python -m lightning_edit.generators.ruleedit --out DIR [--seed N]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = tools.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the output folder (the shipped copy: lightning_edit/assets/...)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     args = parser.parse_args(argv)
@@ -355,4 +355,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    tools.run(main)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,7 +71,7 @@ def build_judge(spec: str | Mapping[str, Any] | Judge) -> Judge:
             if argument not in accepted:
                 raise ConfigError(f"judge {name}: unknown argument {argument!r}; it takes {sorted(accepted)}")
         try:
-            judge = cls(**arguments)
+            judge = cls(**typed_arguments(cls, arguments))
         except ConfigError as error:
             raise ConfigError(f"judge {name}: {error}") from None
     try:
@@ -78,6 +79,26 @@ def build_judge(spec: str | Mapping[str, Any] | Judge) -> Judge:
     except ConfigError as error:
         raise ConfigError(f"judge {name}: {error}") from None
     return judge
+
+
+def typed_arguments(cls: type[Judge], arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` checked against the types of ``cls``'s signature and converted as the CLI converts its options
+    (``"4"`` for an int is 4); a wrong type or a missing required argument is a one-line ConfigError naming it and
+    the type given, never the value (it may be a secret)."""
+    from jsonargparse import ArgumentError, ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, fail_untyped=False)
+    try:
+        parsed = parser.instantiate_classes(parser.parse_object(arguments))
+    except ArgumentError as error:
+        message = re.sub(r"\s*(Got|Given) value.*", "", " ".join(str(error).split()))
+        message = message.replace("Parser key ", "argument ")
+        named = re.search(r'key "(\w+)"', str(error))
+        if named and named.group(1) in arguments:
+            message += f" Got a {type(arguments[named.group(1)]).__name__}."
+        raise ConfigError(message) from None
+    return {argument: parsed[argument] for argument in arguments}
 
 
 def _judge_class(path: str) -> type[Judge]:

@@ -172,6 +172,11 @@ class Judge:
         changes."""
         self._verdict_cache()
 
+    def check_input(self, item: JudgeInput) -> None:
+        """Raise ValueError, saying why, if the judge cannot judge items such as ``item`` (whatever its prediction):
+        an LLM judge's template placeholder the item lacks. The judged kind calls it on every prompt before any edit
+        (nothing to check by default)."""
+
     def evaluate(self, items: list[JudgeInput]) -> list[Verdict]:
         """The verdict of every item, in order (no cache); subclasses implement it."""
         raise NotImplementedError

@@ -216,7 +216,9 @@ class JudgedKind(ScoreKind):
         return JudgeInput.of(item.details.get("question", item.bare_prompt), references, prediction, context)
 
     def check(self, item: PromptItem, tokenizer: PreTrainedTokenizerBase, positions: int | None) -> None:
-        """The prompt and the answer's whole budget must fit in the model's positions."""
+        """The prompt and the answer's whole budget must fit in the model's positions, and the judge must be able to
+        judge the item (:meth:`~lightning_edit.judges.base.Judge.check_input`: an LLM judge's template fields)."""
+        self.judge.check_input(self._input(item, item.details.get("references", item.expected), ""))
         g = self.generation
         budget = answer_budget(tokenizer, g.max_new_tokens, item.expected if g.per_expected_token else None)
         chat = g.chat_template and not item.chat_template

@@ -4,7 +4,8 @@ Templates are text files: the shipped ones in ``lightning_edit/judges/templates/
 to your own). A template may start with a ``[SYSTEM]`` section (an empty one sends an empty system message); the text
 after ``[USER]`` (or the whole file) is the user message. Fields are written ``{name}``: ``{question}``,
 ``{reference}`` (the first reference), ``{references}`` (all, one per line), ``{prediction}``, and any field of the
-item's context (``{target_true}``); other braces are left alone, and a field the item lacks is an error.
+item's context (``{target_true}``); other braces are left alone, and a field the item lacks is an error, found
+before any edit (:meth:`LLMJudge.check_input`). A template file must be UTF-8 text.
 
 The shipped templates:
 
@@ -66,21 +67,37 @@ def load_template(template: str) -> tuple[str, str]:
     path = TEMPLATE_DIR / f"{template}.txt" if template in TEMPLATES else Path(template).expanduser()
     if not path.is_file():
         raise ConfigError(f"judge template {template!r} is neither shipped ({sorted(TEMPLATES)}) nor a file")
-    return (template if template in TEMPLATES else str(path)), path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"judge template {path}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    except OSError as error:
+        raise ConfigError(f"judge template {path}: cannot be read ({error.strerror})") from None
+    return (template if template in TEMPLATES else str(path)), text
 
 
-def render(text: str, item: JudgeInput) -> list[dict[str, str]]:
-    """The chat messages of a template filled with an item's fields (see the module docstring)."""
-    fields = {
+def template_fields(item: JudgeInput) -> dict[str, str]:
+    """The fields a template may use for ``item`` (see the module docstring)."""
+    return {
         "question": item.question,
         "reference": item.references[0] if item.references else "",
         "references": "\n".join(item.references),
         "prediction": item.prediction,
         **dict(item.context),
     }
-    missing = sorted(set(_FIELD.findall(text)) - set(fields))
+
+
+def missing_fields(text: str, item: JudgeInput) -> list[str]:
+    """The placeholders of a template that ``item`` does not give."""
+    return sorted(set(_FIELD.findall(text)) - set(template_fields(item)))
+
+
+def render(text: str, item: JudgeInput) -> list[dict[str, str]]:
+    """The chat messages of a template filled with an item's fields (see the module docstring)."""
+    missing = missing_fields(text, item)
     if missing:
         raise ValueError(f"the judge template needs fields {missing}, which the item's context does not give")
+    fields = template_fields(item)
     filled = _FIELD.sub(lambda match: fields[match.group(1)], text)
     system, _, user = filled.partition("[USER]") if "[USER]" in filled else ("", "", filled)
     has_system = system.lstrip().startswith("[SYSTEM]")  # an empty section is an empty system message (DMLE's)
@@ -180,6 +197,15 @@ class LLMJudge(Judge):
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
         }
+
+    def check_input(self, item: JudgeInput) -> None:
+        """Raise ValueError naming the template and each placeholder ``item`` does not give."""
+        missing = missing_fields(self.template_text, item)
+        if missing:
+            raise ValueError(
+                f"judge template {self.template}: placeholder {', '.join(f'{{{name}}}' for name in missing)} is not "
+                f"among the item's fields ({', '.join(f'{{{name}}}' for name in sorted(template_fields(item)))})"
+            )
 
     def complete(self, conversations: list[list[dict[str, str]]]) -> list[tuple[str | None, str]]:
         """``(reply, error)`` per conversation: the reply text, or None and why the request finally failed."""

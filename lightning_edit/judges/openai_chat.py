@@ -20,9 +20,10 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
-from lightning_edit.errors import ConfigError, add_secrets, mask, require, secret_field, stop_requested
+from lightning_edit.errors import ConfigError, add_secrets, mask, require, secret_field
 from lightning_edit.judges.base import Scale
 from lightning_edit.judges.llm import LLMJudge
+from lightning_edit.stopping import stop_requested
 
 if TYPE_CHECKING:
     import openai
@@ -120,7 +121,7 @@ class OpenAIChatJudge(LLMJudge):
 
     def complete(self, conversations: list[list[dict[str, str]]]) -> list[tuple[str | None, str]]:
         """The replies, from ``concurrency`` threads. Once the process is asked to stop (SIGTERM,
-        :func:`~lightning_edit.errors.stop_requested`), no request starts and none is waited for (a thread in flight
+        :func:`~lightning_edit.stopping.stop_requested`), no request starts and none is waited for (a thread in flight
         ends with the process): within a fraction of a second, every conversation without a reply is a failed one."""
         self.client()  # a missing key is an error here, before any request
         replies: list[tuple[str | None, str] | None] = [None] * len(conversations)

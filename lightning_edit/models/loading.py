@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -13,6 +14,7 @@ from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.errors import ConfigError, UserError, refused_weights
+from lightning_edit.models.checks import pad_token, weight_faults
 from lightning_edit.models.gguf import converted_folder, gguf_file
 from lightning_edit.models.placement import PLACEMENT_STRATEGIES, check_device, check_placement
 from lightning_edit.resources import resolve_path
@@ -25,7 +27,8 @@ class ModelNotFoundError(UserError, OSError):
 
 
 class ModelLoadError(UserError, ValueError):
-    """A model directory whose files cannot be loaded (corrupt weights, an architecture transformers does not know)."""
+    """A model directory whose files cannot be loaded (corrupt weights, an architecture transformers does not know,
+    weights missing, unexpected or of the wrong shape, a tokenizer without a token to pad with)."""
 
 
 @dataclass
@@ -95,24 +98,27 @@ def load_tokenizer(source: ModelSource) -> PreTrainedTokenizerBase:
         )
     except OSError as error:
         raise ModelNotFoundError(_not_found(location, error)) from error
+    tokenizer.pad_token = pad_token(tokenizer)
     if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
-    if tokenizer.pad_token is None:
-        raise ValueError(f"tokenizer of {location!r} has no pad, eos or unk token to pad batches with")
+        raise ModelLoadError(f"tokenizer of model {location!r} has no pad, eos or unk token to pad batches with")
     return tokenizer
 
 
 def load_model(source: ModelSource, device: str | torch.device | None = None) -> PreTrainedModel:
-    """The model in eval mode, on ``device`` (CPU if None), in the requested dtype."""
+    """The model in eval mode, on ``device`` (CPU if None), in the requested dtype; refused when a weight is missing
+    from the checkpoint, of the wrong shape, or a tensor of it fits no weight (:mod:`lightning_edit.models.checks`)."""
     location = _location(source)
     dtype = "auto" if source.dtype == "auto" else DTYPES[source.dtype]
     common = dict(revision=source.revision, trust_remote_code=source.trust_remote_code)
+    placement = dict(device_map=source.device_map, max_memory=source.max_memory)
+    if source.offload_folder is not None:
+        placement["offload_folder"] = _writable(source.offload_folder)
+    info = {}
     try:
         if source.random_init_seed is None:
-            placement = dict(device_map=source.device_map, max_memory=source.max_memory)
-            if source.offload_folder is not None:
-                placement["offload_folder"] = str(resolve_path(source.offload_folder))
-            model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **placement, **common)
+            model, info = AutoModelForCausalLM.from_pretrained(
+                location, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **placement, **common
+            )
         else:
             config = AutoConfig.from_pretrained(location, **common)
             with torch.random.fork_rng(devices=[]):
@@ -139,6 +145,12 @@ def load_model(source: ModelSource, device: str | torch.device | None = None) ->
         raise ModelLoadError(
             f"cannot place model {location!r} by lm.device_map={source.device_map!r}: {str(error).splitlines()[0]}"
         ) from error
+    faults = weight_faults(info)
+    if faults is not None:
+        raise ModelLoadError(
+            f"cannot load model {location!r}: refused, its weights do not make the model: {faults}. The checkpoint "
+            "is incomplete or of another architecture"
+        )
     if source.device_map is not None:
         check_placement(model, source)
     elif device is not None:
@@ -152,7 +164,24 @@ def load_model_and_tokenizer(
     return load_model(source, device), load_tokenizer(source)
 
 
+def _writable(setting: str) -> str:
+    """The offload folder, made if needed and checked to be writable before any weight is loaded."""
+    folder = resolve_path(setting)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ConfigError(
+            f"lm.offload_folder={setting!r}: cannot write to {str(folder)!r} ({error.strerror or error}): name a "
+            "folder this process can write"
+        ) from error
+    return str(folder)
+
+
 def _not_found(location: str, error: OSError) -> str:
+    if Path(location).is_dir():
+        return f"cannot read model directory {location!r}: {error}"
     offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
     hint = (
         "the hub is offline (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE) and the id is not in the local cache"

@@ -15,11 +15,15 @@ Formats (see :func:`as_corpus`):
   reproducible statistics (the reference ``wikipedia 20200501.en`` config is no longer loadable;
   docs/methods.md#key-statistics).
 
+A file that is not UTF-8 text (binary), or that holds no document (empty or blank), is refused when the corpus is
+built, in one line naming the file; a line that is not UTF-8 further on, when it is read, naming the line.
+
 Documents are used in corpus order; shuffle the file beforehand for a random sample.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import itertools
 import json
@@ -32,10 +36,12 @@ from lightning_edit.errors import UserError
 from lightning_edit.resources import file_sha256, resolve_path
 
 HF_PREFIX = "hf:"
+#: bytes read to tell a text file from a binary one
+SNIFF_BYTES = 8192
 
 
 class CorpusError(UserError, ValueError):
-    """A corpus that cannot be read: unknown format, malformed record, dataset unavailable."""
+    """A corpus that cannot be read: unknown format, binary or no document, malformed record, dataset unavailable."""
 
 
 @runtime_checkable
@@ -75,16 +81,15 @@ class TextFileCorpus:
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
-        if not self.path.is_file():
-            raise CorpusError(f"corpus file {str(self.path)!r} not found")
+        _check_text(self.path)
         self.identity = f"txt:sha256={file_sha256(self.path)}"
         self.description = str(self.path)
+        _check_documents(self, "it is empty or blank")
 
     def _all(self) -> Iterator[str]:
-        with self.path.open(encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    yield line.rstrip("\r\n")
+        for _, line in _lines(self.path):
+            if line.strip():
+                yield line.rstrip("\r\n")
 
     def documents(self, start: int = 0, stop: int | None = None) -> Iterator[str]:
         return itertools.islice(self._all(), start, stop)
@@ -99,27 +104,59 @@ class JsonlCorpus:
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
-        if not self.path.is_file():
-            raise CorpusError(f"corpus file {str(self.path)!r} not found")
+        _check_text(self.path)
         self.identity = f"jsonl:{self.text_field}:sha256={file_sha256(self.path)}"
         self.description = f"{self.path} (field {self.text_field!r})"
+        _check_documents(self, f"no record has a non-blank {self.text_field!r}")
 
     def _all(self) -> Iterator[str]:
-        with self.path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise CorpusError(f"{self.path}:{number}: not valid JSON ({error})") from error
-                if not isinstance(record, dict) or not isinstance(record.get(self.text_field), str):
-                    raise CorpusError(f"{self.path}:{number}: no string field {self.text_field!r}")
-                if record[self.text_field].strip():
-                    yield record[self.text_field]
+        for number, line in _lines(self.path):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise CorpusError(f"{self.path}:{number}: not valid JSON ({error})") from error
+            if not isinstance(record, dict) or not isinstance(record.get(self.text_field), str):
+                raise CorpusError(f"{self.path}:{number}: no string field {self.text_field!r}")
+            if record[self.text_field].strip():
+                yield record[self.text_field]
 
     def documents(self, start: int = 0, stop: int | None = None) -> Iterator[str]:
         return itertools.islice(self._all(), start, stop)
+
+
+def _check_text(path: Path) -> None:
+    """Refuse a missing file, or one whose start is not UTF-8 text (a NUL byte or an invalid sequence)."""
+    if not path.is_file():
+        raise CorpusError(f"corpus file {str(path)!r} not found")
+    with path.open("rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        head = b"\0"
+    if b"\0" in head:
+        raise CorpusError(
+            f"corpus file {str(path)!r} is not UTF-8 text (a binary file?): "
+            "pass a .txt file of one document per line or a .jsonl file of {\"text\": ...} records"
+        )
+
+
+def _check_documents(corpus: TextFileCorpus | JsonlCorpus, why: str) -> None:
+    """Refuse a file corpus without a single document (read up to its first one)."""
+    if next(corpus.documents(0, 1), None) is None:
+        raise CorpusError(f"corpus file {str(corpus.path)!r} holds no document ({why})")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a UTF-8 file; a line that is not UTF-8 is a :class:`CorpusError` naming it."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise CorpusError(f"{path}:{number}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 @dataclass

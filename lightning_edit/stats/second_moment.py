@@ -24,11 +24,12 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from lightning_edit.errors import Interrupted, stop_requested
+from lightning_edit.errors import Interrupted
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.registry import resolve_architecture, to_linear, weight_layout
 from lightning_edit.models.tokenization import pad
 from lightning_edit.stats.corpus import Corpus, as_corpus
+from lightning_edit.stopping import stop_point
 
 MAX_DEFAULT_LENGTH = 4096  # default max_length = context length clamped to this (as the reference ports do)
 
@@ -156,7 +157,7 @@ def run_pass(
                     since_checkpoint = 0
                 if on_batch is not None:
                     on_batch(progress)
-                if (signum := stop_requested()) is not None:  # a document boundary: the sums are consistent
+                if (signum := stop_point()) is not None:  # a document boundary: the sums are consistent
                     done = batch[-1][0] + 1
                     raise Interrupted(f"key statistics pass stopped by signal {signum} at document {done}", signum)
     except BaseException:

@@ -263,17 +263,19 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def test_toy_reversal_curse(tmp_path):
     """On toy BAKE, ROME edits the forward direction only; in-context editing reaches the reverse question."""
 
-    def validate_cli(*args: str) -> dict:
+    def validate_cli(name: str, *args: str) -> dict:
         common = [f"--config={CONFIGS / 'benchmarks/bake.yaml'}", "--data.limit=12", "--trainer.logger=false"]
-        common += [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false"]
+        common += [f"--trainer.default_root_dir={tmp_path / name}", "--trainer.enable_progress_bar=false"]
         return build_cli(["validate", *args, *common]).model.results
 
     rome = validate_cli(
+        "rome",
         f"--config={CONFIGS / 'methods/rome.yaml'}",
         f"--config={CONFIGS / 'models/toy-gpt2.yaml'}",
         f"--model.stats.cache_dir={tmp_path / 'stats'}",
     )
     ike = validate_cli(
+        "ike",
         f"--config={CONFIGS / 'methods/ike.yaml'}",
         "--model.lm.path=builtin:models/toy-gpt2",
         "--model.in_context.pool=builtin:data/toy/counterfact.json",
@@ -284,4 +286,4 @@ def test_toy_reversal_curse(tmp_path):
     assert rome["ES"]["macro"] == 1.0 and rome["RQS"]["macro"] == 0.0, rome
     assert ike["RQS"]["macro"] >= 0.3, ike
     assert rome["RQ_logprob_new"]["macro"] == pytest.approx(rome["RQ_logprob_new_pre"]["macro"], abs=0.1)
-    assert (tmp_path / "bake_logprob.png").stat().st_size > 0  # the log directory, as results.json
+    assert (tmp_path / "ike" / "bake_logprob.png").stat().st_size > 0  # the log directory, as results.json

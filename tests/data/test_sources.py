@@ -82,16 +82,6 @@ def server(tmp_path):
     thread.join()
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """A private catalogue (registrations are undone) and download directory (``$LIGHTNING_EDIT_DATA``)."""
-    from lightning_edit.data import sources
-
-    monkeypatch.setattr(sources, "CATALOGUE", dict(sources.CATALOGUE))
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def closed_port_url(filename: str) -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

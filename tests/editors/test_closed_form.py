@@ -110,12 +110,11 @@ def test_validate_and_fit_through_the_cli(tmp_path, corpus, monkeypatch):
         "--data.limit=2",
         "--trainer.logger=false",
         "--trainer.enable_progress_bar=false",
-        f"--trainer.default_root_dir={tmp_path}",
     ]
-    build_cli(["validate", *common])
-    metrics = json.loads((tmp_path / "results.json").read_text())["metrics"]
+    build_cli(["validate", *common, f"--trainer.default_root_dir={tmp_path / 'rome'}"])
+    metrics = json.loads((tmp_path / "rome" / "results.json").read_text())["metrics"]
     assert metrics["ES"]["n_cases"] == 2 and metrics["locality_acc"]["n_cases"] == 2
-    build_cli(["fit", *common, f"--model.output_dir={tmp_path / 'edited'}"])
+    build_cli(["fit", *common, f"--model.output_dir={tmp_path / 'edited'}", f"--trainer.default_root_dir={tmp_path}"])
     record = json.loads((tmp_path / "edited" / "edits.json").read_text())
     assert record["editor"] == "ROME" and len(record["edits"]) == 2
     edited, original = (
@@ -124,6 +123,7 @@ def test_validate_and_fit_through_the_cli(tmp_path, corpus, monkeypatch):
     )
     changed = [n for (n, p), q in zip(edited.named_parameters(), original.parameters()) if not torch.equal(p, q)]
     assert changed == ["transformer.h.1.mlp.c_proj.weight"]
-    (tmp_path / "results.json").unlink()
-    build_cli(["validate", "--model=NoEdit", f"--model.lm.path={tmp_path / 'edited'}", *common[8:]])
-    assert json.loads((tmp_path / "results.json").read_text())["metrics"]["ES"]["n_cases"] == 2  # validate loads it
+    scored = tmp_path / "no-edit"
+    build_cli(["validate", "--model=NoEdit", f"--model.lm.path={tmp_path / 'edited'}", *common[8:],
+               f"--trainer.default_root_dir={scored}"])  # fmt: skip
+    assert json.loads((scored / "results.json").read_text())["metrics"]["ES"]["n_cases"] == 2  # validate loads it

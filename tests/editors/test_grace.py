@@ -202,18 +202,18 @@ def test_fit_exports_the_codebook_and_validate_reloads_it(tmp_path, monkeypatch)
         "--data.limit=4",
         "--trainer.logger=false",
         "--trainer.enable_progress_bar=false",
-        f"--trainer.default_root_dir={tmp_path}",
     ]
     out = tmp_path / "codebook"
-    fit = build_cli(["fit", *common, f"--model.output_dir={out}", "--trainer.max_epochs=1"])
+    fit = build_cli(["fit", *common, f"--model.output_dir={out}", "--trainer.max_epochs=1",
+                     f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
     assert fit.model.adapter is None  # fit undid its edits after the export
     with safe_open(str(out / CODEBOOK_FILE), framework="pt") as file:
         exported = {name: file.get_tensor(name) for name in file.keys()}
     assert exported["keys"].shape[0] == 4
     # ES_pre is scored before the run's own edits, so those need not train (one step each)
     validate = ["validate", *common, "--model.scoring.pre_edit=true", "--model.protocol=single", "--model.n_iter=1"]
-    unedited = build_cli(validate).model.results
-    reloaded = build_cli([*validate, f"--model.codebook_path={out}"])
+    unedited = build_cli([*validate, f"--trainer.default_root_dir={tmp_path / 'unedited'}"]).model.results
+    reloaded = build_cli([*validate, f"--model.codebook_path={out}", f"--trainer.default_root_dir={out}-run"])
     assert unedited["ES_pre"]["macro"] == 0.0  # the toy model knows the true facts
     assert reloaded.model.results["ES_pre"]["macro"] == 1.0  # "before any edit of the run": with the codebook
     adapter = reloaded.model.adapter  # each case was edited and undone on top of the loaded codebook

@@ -93,26 +93,31 @@ def test_every_protocol_restores_the_model_bit_identically(protocol, options):
     assert_original(editor.model, original)
 
 
-def cli(monkeypatch, *args: str):
+def cli(monkeypatch, folder: str, *args: str):
+    """A run without a logger, writing into ``runs/<folder>`` (each run into its own)."""
     monkeypatch.setattr(sys, "argv", ["lightning-edit"])
     common = ["--data=CounterFact", "--data.path=builtin:data/toy/counterfact.json", "--data.limit=3"]
     common += ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+    common += [f"--trainer.default_root_dir=runs/{folder}"]
     return build_cli([*args, *common])
 
 
 def test_fit_exports_an_adapter_or_the_merged_model_and_validate_scores_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     lora = ["--model=LoRA", "--model.lm.path=builtin:models/toy-gpt2", "--model.num_steps=10"]
-    results = {}
     for export in ("adapter", "merged"):
-        fit = cli(monkeypatch, "fit", *lora, f"--model.export={export}", f"--model.output_dir={tmp_path / export}")
+        output = [f"--model.export={export}", f"--model.output_dir={tmp_path / export}"]
+        fit = cli(monkeypatch, f"fit-{export}", "fit", *lora, *output)
         assert fit.model.adapter_names() == []  # the fit undid its edits
         assert len(json.loads((tmp_path / export / "edits.json").read_text())["edits"]) == 3
     assert (tmp_path / "adapter" / "edit_0" / "adapter_config.json").is_file()
     assert (tmp_path / "merged" / "model.safetensors").is_file()
-    results["unedited"] = cli(monkeypatch, "validate", "--model=NoEdit", "--model.lm.path=builtin:models/toy-gpt2")
-    results["adapter"] = cli(monkeypatch, "validate", *lora, f"--model.adapter_path={tmp_path / 'adapter'}")
-    results["merged"] = cli(monkeypatch, "validate", "--model=NoEdit", f"--model.lm.path={tmp_path / 'merged'}")
+    models = {
+        "unedited": ["--model=NoEdit", "--model.lm.path=builtin:models/toy-gpt2"],
+        "adapter": [*lora, f"--model.adapter_path={tmp_path / 'adapter'}"],
+        "merged": ["--model=NoEdit", f"--model.lm.path={tmp_path / 'merged'}"],
+    }
+    results = {name: cli(monkeypatch, name, "validate", *flags) for name, flags in models.items()}
     es = {name: run.model.results["ES"]["macro"] for name, run in results.items()}
     assert es["unedited"] == 0.0 and es["adapter"] > 0.5
     assert es["merged"] == es["adapter"]

@@ -290,12 +290,16 @@ def test_no_secret_reaches_any_file_or_output(tmp_path, chat_server):
         f"    dict_kwargs:\n      config: {json.dumps({'service': FIELD_SECRETS})}\n"
     )
     pasted = {"class_path": "openai_chat", "init_args": spec["init_args"] | {"api_key_env": PASTED_KEY}}
-    flags = ("--config", str(logger))
+
+    def flags(folder: str, *more: str) -> tuple[str, ...]:  # each run its own folder (a run writes only there)
+        return ("--config", str(logger), f"--trainer.logger.init_args.save_dir={tmp_path / folder}", *more)
+
     runs = {  # name -> (command, exit status)
-        "judged": (validate_command(tmp_path / "run", {"LLM": spec}, flags=flags), 0),
-        "print_config": (validate_command(tmp_path / "p", {"LLM": spec}, flags=(*flags, "--print_config")), 0),
-        "pasted key": (validate_command(tmp_path / "k", {"LLM": pasted}, flags=flags), 1),
-        "traceback": (validate_command(tmp_path / "t", {"LLM": spec}, flags=(*flags, "--data.limit=0", "--debug")), 1),
+        "judged": (validate_command(tmp_path / "run", {"LLM": spec}, flags=flags("run")), 0),
+        "print_config": (validate_command(tmp_path / "p", {"LLM": spec}, flags=flags("p", "--print_config")), 0),
+        "pasted key": (validate_command(tmp_path / "k", {"LLM": pasted}, flags=flags("k")), 1),
+        "traceback": (validate_command(tmp_path / "t", {"LLM": spec}, flags=flags("t", "--data.limit=0", "--debug")),
+                      1),
     }
     outputs = {}
     for name, (command, status) in runs.items():

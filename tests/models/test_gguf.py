@@ -70,17 +70,22 @@ def write_tiny_gguf(path, model: LlamaForCausalLM, tokenizer_json: dict) -> None
     writer.close()
 
 
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    """(GGUF file, the HF model it holds); the conversion cache is the test's own."""
-    directory = tmp_path_factory.mktemp("gguf")
+def tiny_llama() -> LlamaForCausalLM:
+    """A tiny LLaMA with seeded random weights, to write GGUF files from."""
     config = LlamaConfig(
         vocab_size=1024, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False,
     )  # fmt: skip
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = LlamaForCausalLM(config).eval()
+        return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    """(GGUF file, the HF model it holds); the conversion cache is the test's own."""
+    directory = tmp_path_factory.mktemp("gguf")
+    model = tiny_llama()
     path = directory / "tiny-llama.F32.gguf"
     write_tiny_gguf(path, model, json.loads((TOKENIZER / "tokenizer.json").read_text()))
     return path, model

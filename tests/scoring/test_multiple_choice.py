@@ -44,7 +44,7 @@ class RowLM(torch.nn.Module):
         super().__init__()
         table = torch.zeros(vocab, vocab, dtype=torch.double)
         for token, probs in rows.items():
-            table[token] = (1 - sum(probs.values())) / (vocab - len(probs))
+            table[token] = max(1 - sum(probs.values()), 0.0) / (vocab - len(probs))  # never log(<0): NaN logits
             for target, p in probs.items():
                 table[token, target] = p
             table[token] = table[token].log()

@@ -161,7 +161,7 @@ def test_corpus_readers(tmp_path):
     assert as_corpus(txt).identity != identity  # identity follows the content, not the path
 
     jsonl = tmp_path / "corpus.jsonl"
-    jsonl.write_text("\n".join(json.dumps({"body": t, "id": i}) for i, t in enumerate(["a b", "", "c\nd"])) + "\n")
+    jsonl.write_text("\n".join(json.dumps({"body": t, "id": str(i)}) for i, t in enumerate(["a b", "", "c\nd"])) + "\n")
     corpus = as_corpus(jsonl, text_field="body")
     assert isinstance(corpus, JsonlCorpus) and list(corpus.documents()) == ["a b", "c\nd"]
     assert as_corpus(jsonl, text_field="body").identity != as_corpus(jsonl, text_field="id").identity

@@ -1,0 +1,97 @@
+"""The folder a run writes into, and the one guard that it is the run's own: no run changes another run's files.
+
+A run writes its settings (LightningCLI's ``config.yaml``, a logger's ``hparams.yaml`` and ``metrics.csv``), its report
+(``results.json``, ``results.md``, ``cases.jsonl``, plots) and what a fit saves (``interrupted.ckpt``, ``mend.pt``, an
+export) into one folder: the version folder of a CSV or TensorBoard logger (``lightning_logs/version_N``), else the
+logger's ``save_dir`` or, without a logger, the trainer's ``default_root_dir``. Before anything is written
+(:meth:`RunFolder.claim`) a version folder must be new or empty, and a folder that runs share must hold no file of an
+earlier run (:data:`RUN_FILES`); the one exception is a fit resumed from a checkpoint saved in that folder
+(``--ckpt_path <folder>/interrupted.ckpt``), which continues that run there. Every process checks, before any of them
+writes, so all refuse together. A run that fails removes the settings it wrote if it wrote nothing else
+(:meth:`RunFolder.release`), so the same command runs again; nothing that was there before it is touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lightning import Trainer
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from lightning_edit.errors import ConfigError
+
+#: what a run writes into its folder before anything else: LightningCLI's config and the logger's hyper-parameters
+SETTINGS_FILES = frozenset({"config.yaml", "hparams.yaml"})
+#: what a run writes at the top of its folder: a folder that runs share holding one of them holds an earlier run
+RUN_FILES = SETTINGS_FILES | {
+    "metrics.csv",
+    "results.json",
+    "results.md",
+    "cases.jsonl",
+    "interrupted.ckpt",
+    "mend.pt",
+    "edited_model",
+}
+
+
+def run_folder(trainer: Trainer) -> Path:
+    """Process 0's ``trainer.log_dir`` (else ``default_root_dir``), without the broadcast that property makes."""
+    logger = trainer.loggers[0] if trainer.loggers else None
+    folder = logger.log_dir if isinstance(logger, (CSVLogger, TensorBoardLogger)) else getattr(logger, "save_dir", None)
+    return Path(folder or trainer.default_root_dir)
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The folder of a run (:func:`run_folder`), with what it held before the run.
+
+    Args:
+        path: the folder.
+        versioned: a logger's version folder, the run's alone; otherwise a folder that runs share.
+        existed: whether the folder was there before the run.
+        held: the names of the entries it held then.
+    """
+
+    path: Path
+    versioned: bool
+    existed: bool
+    held: frozenset[str]
+
+    @classmethod
+    def claim(cls, trainer: Trainer, ckpt_path: str | Path | None = None) -> RunFolder:
+        """The run's folder; a :class:`~lightning_edit.errors.ConfigError` if it holds an earlier run's files."""
+        path = run_folder(trainer)
+        logger = trainer.loggers[0] if trainer.loggers else None
+        versioned = isinstance(logger, (CSVLogger, TensorBoardLogger)) and not _same(path, logger.root_dir)
+        held = frozenset(entry.name for entry in path.iterdir()) if path.is_dir() else frozenset()
+        earlier = held if versioned else held & RUN_FILES
+        resumed = ckpt_path is not None and Path(ckpt_path).is_file() and _same(Path(ckpt_path).parent, path)
+        if earlier and not resumed:
+            if versioned:
+                hint = "leave trainer.logger.init_args.version unset for a new version folder, or pick an unused one"
+            else:
+                option = "trainer.logger.init_args.save_dir" if logger else "trainer.default_root_dir"
+                hint = f"pick another {option}, or use a logger (each run gets a new version folder)"
+            shown = ", ".join(sorted(earlier)[:5]) + (", ..." if len(earlier) > 5 else "")
+            raise ConfigError(f"{path} holds the files of an earlier run ({shown}); a run writes only into a new "
+                              f"folder: {hint}")  # fmt: skip
+        return cls(path, versioned, path.is_dir(), held)
+
+    def release(self) -> None:
+        """After a failed run: remove the settings it wrote if it wrote nothing else (in a folder that runs share,
+        nothing else of :data:`RUN_FILES`), and the version folder it made, then empty."""
+        if not self.path.is_dir():
+            return
+        new = [entry for entry in self.path.iterdir() if entry.name not in self.held]
+        if not self.versioned:
+            new = [entry for entry in new if entry.name in RUN_FILES]
+        if new and all(entry.is_file() and entry.name in SETTINGS_FILES for entry in new):
+            for entry in new:
+                entry.unlink()
+        if self.versioned and not self.existed and not any(self.path.iterdir()):
+            self.path.rmdir()
+
+
+def _same(one: str | Path, other: str | Path) -> bool:
+    return Path(one).resolve() == Path(other).resolve()

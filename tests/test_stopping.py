@@ -1,0 +1,170 @@
+"""SIGTERM stops every strategy within seconds, whether it reaches one process or all of them (lightning_edit.stopping).
+
+The multi-process runs are marked ``slow`` (``pytest -m "not slow"`` leaves them out).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+from torch.multiprocessing import spawn
+from transformers import GPT2LMHeadModel
+
+from lightning_edit import stopping
+from lightning_edit.cli import build_cli
+from lightning_edit.editors import FT
+from lightning_edit.errors import Interrupted
+from lightning_edit.stats.sample_corpus import main as sample_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARDED = "--trainer.strategy.class_path=ModelParallelStrategy"
+
+
+@pytest.fixture(autouse=True)
+def _no_signal():
+    yield
+    stopping._signals.clear()
+    stopping._posted = False
+
+
+def test_a_signal_only_records_itself():
+    assert stopping.stop_requested() is None
+    stopping.request_stop(signal.SIGTERM)
+    assert stopping.stop_requested() == signal.SIGTERM
+    assert stopping.stop_point() == signal.SIGTERM  # not in step: this process alone
+
+
+def _posts_and_reads(rank: int, port: int, results: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        seen = [stopping.stop_requested()]
+        dist.barrier()
+        if rank == 1:
+            stopping.request_stop(signal.SIGTERM)
+            stopping.stop_requested()  # posts it
+        dist.barrier()
+        seen.append(stopping.stop_requested())  # process 0 reads what process 1 posted
+        Path(results, str(rank)).write_text(repr(seen))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_signal_to_one_process_reaches_the_others_without_a_collective(tmp_path):
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    spawn(_posts_and_reads, args=(port, str(tmp_path)), nprocs=2)
+    assert [(tmp_path / str(rank)).read_text() for rank in range(2)] == ["[None, 15]", "[None, 15]"]
+
+
+@pytest.mark.parametrize(("protocol", "edited"), [("single", 1), ("batch", 8)])
+def test_sigterm_under_single_stops_after_the_current_case(protocol, edited, monkeypatch, tmp_path):
+    """A signal during the first edit of a batch of 8: ``single`` stops after that case (its edit undone), ``batch``
+    after the batch it edits together; nothing is written."""
+    monkeypatch.setattr(sys, "argv", ["lightning-edit"])
+    calls = []
+
+    def apply_edits(self, requests):
+        calls.append(len(requests))
+        stopping.request_stop(signal.SIGTERM)
+
+    monkeypatch.setattr(FT, "apply_edits", apply_edits)
+    with pytest.raises(Interrupted, match=rf"editing \({protocol}\) stopped by SIGTERM in batch 1; no results"):
+        build_cli([
+            "validate", f"--config={ROOT / 'configs/methods/ft_m.yaml'}",
+            f"--config={ROOT / 'configs/models/tiny-gpt2.yaml'}", "--data=CounterFact",
+            "--data.path=builtin:data/counterfact-flat.json", "--data.limit=16", "--data.batch_size=8",
+            f"--model.protocol={protocol}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ])  # fmt: skip
+    assert sum(calls) == edited and not list(tmp_path.rglob("results.json"))
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(child) for child in found]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def statistics(tmp_path_factory) -> Path:
+    """The toy GPT-2's key statistics, computed once for the module's runs (their runs then start editing at once)."""
+    return tmp_path_factory.mktemp("stats")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("protocol", ["single", "sequential"])
+@pytest.mark.parametrize("strategy", ["ddp", "sharded"])
+@pytest.mark.parametrize("target", ["one", "all"])
+def test_sigterm_stops_two_processes_within_15_seconds(protocol, strategy, target, statistics, tmp_path):
+    """ROME on the toy GPT-2 over 100 toy CounterFact cases on 2 CPU processes; SIGTERM once the edits run, to process
+    1 only (``one``: process 0, the launcher, is not told) or to both."""
+    command = [
+        sys.executable, "-m", "lightning_edit", "validate", f"--config={ROOT / 'configs/methods/rome.yaml'}",
+        f"--config={ROOT / 'configs/models/toy-gpt2.yaml'}", f"--config={ROOT / 'configs/benchmarks/counterfact.yaml'}",
+        "--data.path=builtin:data/toy/counterfact.json", "--data.batch_size=4", f"--model.protocol={protocol}",
+        "--model.target.v_num_grad_steps=5",  # a quicker edit: the signal waits for the current one
+        "--model.stats.n_samples=200", f"--model.stats.cache_dir={statistics}", "--trainer.logger=true",
+        f"--trainer.default_root_dir={tmp_path}", "--trainer.devices=2", "--trainer.accelerator=cpu",
+        "--trainer.enable_progress_bar=false", SHARDED if strategy == "sharded" else "--trainer.strategy=ddp",
+    ]  # fmt: skip
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    log = tmp_path / "run.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment)
+    try:
+        start = time.monotonic()  # the edits run once both processes are past the statistics pass
+        while "Starting with 2 processes" not in log.read_text(errors="replace") or not _children(process.pid):
+            assert process.poll() is None and time.monotonic() - start < 200, log.read_text()[-3000:]
+            time.sleep(0.2)
+        children = _children(process.pid)
+        time.sleep(8)  # into the edits (every case takes a second or more)
+        assert process.poll() is None, log.read_text()[-3000:]
+        for pid in children if target == "one" else [process.pid, *children]:
+            os.kill(pid, signal.SIGTERM)
+        sent = time.monotonic()
+        status = process.wait(timeout=60)
+        seconds = time.monotonic() - sent
+        while any(map(_alive, children)) and time.monotonic() - sent < 60:
+            time.sleep(0.1)
+        children_seconds = time.monotonic() - sent
+    finally:
+        process.kill()
+    output = log.read_text(errors="replace")
+    assert status == 128 + signal.SIGTERM, output[-3000:]
+    assert seconds < 15 and children_seconds < 15, (seconds, children_seconds)
+    stopped = [line for line in output.splitlines() if line.startswith("lightning-edit: error: ")]
+    assert len(stopped) == 2 and all("stopped by SIGTERM" in line for line in stopped), output[-3000:]
+    assert "Traceback" not in output
+    assert not list(tmp_path.rglob("results.json")) and not list(tmp_path.rglob("*.tmp"))
+    assert not list(tmp_path.glob("lightning_logs/*"))  # no version folder holding only the settings
+
+
+def test_sigterm_stops_the_corpus_sampling_after_the_current_batch(tmp_path, monkeypatch):
+    """``python -m lightning_edit.stats.sample_corpus``: a signal during the first batch stops it after that batch,
+    in one line, the ``--out`` file not written."""
+    generate = GPT2LMHeadModel.generate
+
+    def signalled(self, *args, **kwargs):
+        stopping.request_stop(signal.SIGTERM)
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT2LMHeadModel, "generate", signalled)
+    out = tmp_path / "corpus.jsonl"
+    with pytest.raises(Interrupted, match="sampling stopped by signal 15 after 2 of 6 documents; nothing is written"):
+        sample_corpus(["--model", "builtin:models/tiny-gpt2", "--documents", "6", "--batch-size", "2",
+                       "--max-new-tokens", "2", "--out", str(out)])  # fmt: skip
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,122 @@
+"""The benchmark scripts and the ``python -m`` tools: one-line errors before any model loads (lightning_edit.tools)."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_edit.stats.sample_corpus import main as sample_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
+MAIN = '\nif __name__ == "__main__":\n'
+MISSING = "/nonexistent/model"  # a model that would fail to load: the errors below come before loading it
+
+
+def run_tool(*args: str, cwd: Path = ROOT) -> tuple[int, list[str]]:
+    """(exit status, lines of stderr) of ``python <args>``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("LIGHTNING_EDIT_DEBUG", None)
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+    return done.returncode, done.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [("--batch-size", "0"), ("--max-new-tokens", "0"), ("--documents", "-5"), ("--documents", "many")],
+)
+def test_sample_corpus_refuses_a_bad_count_before_loading(option, value, tmp_path):
+    out = tmp_path / "samples.jsonl"
+    status, err = run_tool("-m", "lightning_edit.stats.sample_corpus", "--model", MISSING, option, value,
+                           "--out", str(out))  # fmt: skip
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith("python -m lightning_edit.stats.sample_corpus: error: argument")
+    assert option in err[0] and f"expected a positive integer, got '{value}'" in err[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["under a file", "a folder"])
+def test_sample_corpus_refuses_an_unwritable_out_before_loading(where, tmp_path):
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "samples.jsonl" if where == "under a file" else tmp_path
+    status, err = run_tool("-m", "lightning_edit.stats.sample_corpus", "--model", MISSING, "--out", str(out))
+    assert status == 1 and len(err) == 1, err
+    assert f"--out {str(out)!r}: cannot write there" in err[0]
+
+
+def test_sample_corpus_names_a_missing_model_in_one_line(tmp_path):
+    out = tmp_path / "samples.jsonl"
+    status, err = run_tool("-m", "lightning_edit.stats.sample_corpus", "--model", MISSING, "--out", str(out))
+    assert status == 1 and len(err) == 1, err
+    assert err[0].startswith("python -m lightning_edit.stats.sample_corpus: error:") and MISSING in err[0]
+    assert not list(tmp_path.iterdir())  # no corpus, no temporary file
+
+
+def test_sample_corpus_shows_progress_and_replaces_the_out_file_only_when_done(tmp_path, capsys):
+    out = tmp_path / "samples.jsonl"
+    out.write_text('{"text": "the previous corpus"}\n')
+    sample_corpus(["--model", "builtin:models/tiny-gpt2", "--documents", "3", "--max-new-tokens", "4",
+                   "--batch-size", "2", "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "sampling" in err and "3/3" in err, err
+    assert len(out.read_text().splitlines()) == 3 and [path.name for path in tmp_path.iterdir()] == [out.name]
+
+
+@pytest.mark.parametrize(
+    "script, args, option, words",
+    [
+        ("lifelong_stream.py", ["--edits", "-5"], "--edits", "expected a positive integer, got '-5'"),
+        ("causal_trace.py", ["--model", MISSING, "--data", "x.json", "--out", "x", "--facts", "0"], "--facts",
+         "expected a positive integer, got '0'"),
+        ("toy_editing.py", ["--protocols", "singel"], "--protocols", "invalid choice: 'singel'"),
+    ],
+)  # fmt: skip
+def test_a_benchmark_script_refuses_a_bad_option_in_one_line(script, args, option, words, tmp_path):
+    status, err = run_tool(str(ROOT / "benchmarks" / script), *args, "--root", str(tmp_path), cwd=tmp_path)
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith(f"{script}: error: argument {option}") and words in err[0]
+    assert err[0].endswith(f"({script} --help lists the options)")
+    assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def entry_points() -> list[Path]:
+    """Every benchmark script and every package module with a ``__main__`` block."""
+    found = [*SCRIPTS, *(ROOT / "lightning_edit").rglob("*.py")]
+    return [path for path in found if MAIN in path.read_text() and path.name != "__main__.py"]
+
+
+@pytest.mark.parametrize("path", entry_points(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_tool_parses_and_fails_through_the_shared_helper(path):
+    """A class check: the parser is tools.ArgumentParser and ``__main__`` calls ``tools.run(main)``; counts that must
+    be positive use tools.positive_int."""
+    tree = ast.parse(path.read_text())
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    names = [ast.unparse(call.func) for call in calls]
+    assert "argparse.ArgumentParser" not in names and "tools.ArgumentParser" in names
+    main_block = next(node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test))
+    assert ast.unparse(main_block.body[-1]) == "tools.run(main)"
+    for call in calls:
+        if names[calls.index(call)].endswith("add_argument"):
+            kinds = {keyword.arg: ast.unparse(keyword.value) for keyword in call.keywords}
+            assert kinds.get("type") != "int" or ast.unparse(call.args[0]) in INTEGERS, ast.unparse(call)
+
+
+#: integer options that may be zero or negative on purpose
+INTEGERS = {"'--seed'", "'--seeds'", "'--batch'"}
+
+
+def test_a_rejected_option_of_an_in_process_run_is_one_line(tmp_path):
+    """toy_runs.validate runs `lightning-edit validate` in the script's process: a rejected option is one line
+    (jsonargparse printed the whole usage of validate, 62 lines)."""
+    code = (
+        "import sys; sys.path.insert(0, 'benchmarks'); from lightning_edit import tools; "
+        "from toy_runs import validate; "
+        f"tools.run(lambda: validate('ROME', 'toy-gpt2', 'counterfact', __import__('pathlib').Path({str(tmp_path)!r}), "
+        "['--data.limit=1'], protocol='singel'))"
+    )
+    status, err = run_tool("-c", code)
+    assert status == 2 and len(err) == 2, err  # the command line of the run, then the error
+    assert "protocol" in err[1] and "singel" in err[1]
