@@ -23,16 +23,9 @@ from lightning_edit.errors import ConfigError
 
 #: what a run writes into its folder before anything else: LightningCLI's config and the logger's hyper-parameters
 SETTINGS_FILES = frozenset({"config.yaml", "hparams.yaml"})
-#: what a run writes at the top of its folder: a folder that runs share holding one of them holds an earlier run
-RUN_FILES = SETTINGS_FILES | {
-    "metrics.csv",
-    "results.json",
-    "results.md",
-    "cases.jsonl",
-    "interrupted.ckpt",
-    "mend.pt",
-    "edited_model",
-}
+#: what a run writes at the top of its folder (a fit's export too, but always beside its config.yaml): a folder that
+#: runs share holding one of them holds an earlier run; a checkpoint put there by hand (``mend.pt``) is no run's
+RUN_FILES = SETTINGS_FILES | {"metrics.csv", "results.json", "results.md", "cases.jsonl", "interrupted.ckpt"}
 
 
 def run_folder(trainer: Trainer) -> Path:

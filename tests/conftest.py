@@ -8,12 +8,21 @@ os.environ["WANDB_MODE"] = "disabled"
 
 import pytest  # noqa: E402
 
+from lightning_edit import stopping  # noqa: E402
 from lightning_edit.models.build import random_model, train_tokenizer  # noqa: E402
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer  # noqa: E402
 from lightning_edit.resources import builtin_texts  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 EXTRA_TEXT = ["Answer: A B C D E", "The capital of France is Paris.", "Danielle Darrieux speaks French and English."]
+
+
+@pytest.fixture(autouse=True)
+def _no_stop_signal_left():
+    """A stop signal a test sends this process (a trainer's or the CLI's handler records it) ends with the test."""
+    yield
+    stopping._signals.clear()
+    stopping._posted = False
 
 
 @pytest.fixture(scope="session", params=["gpt2", "llama"])

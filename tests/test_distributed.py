@@ -11,6 +11,7 @@ from lightning_edit.cases import edit_batch_loader, loader_cases
 from lightning_edit.cli import build_cli
 from lightning_edit.data import CounterFact
 
+pytestmark = pytest.mark.slow  # processes of their own: deselect with -m 'not slow'
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -540,6 +540,11 @@ def test_contradictory_settings_and_rejected_options(capsys, monkeypatch, tmp_pa
     common = [f"--model.lm.path={TINY}", "--data=CounterFact", "--data.path=builtin:data/counterfact-flat.json"]
     status, err = run_main(capsys, "validate", "--model=NoEdit", "--model.eval_at=[2]", *common, *QUICK)
     assert status == 1 and "eval_at=[2] needs protocol='sequential'" in err and len(err.strip().splitlines()) == 1
+    ft = [f"--config={ROOT / 'configs' / name}.yaml" for name in ("methods/ft_m", "models/tiny-gpt2")]
+    sequential = [*ft, *common[1:], "--model.protocol=sequential", "--data.limit=3", "--model.eval_at=[2,500]"]
+    status, err = run_main(capsys, "validate", *sequential, *QUICK)  # refused before any edit
+    last = err.strip().splitlines()[-1]  # after transformers' weight-loading bar
+    assert status == 1 and "eval_at=[2, 500]: [500] beyond the 3 cases" in last and "Traceback" not in err
     status, err = run_main(capsys, "validate", "--model=ROME", "--model.target.fact_token=last", *common, *QUICK)
     assert status == 2 and "fact_token" in err and len(err.strip().splitlines()) == 1, err
 

@@ -72,6 +72,7 @@ def sharded_run(arguments: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "flags"),
     [

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 import lightning_edit.editors.mend  # noqa: F401  (allows a fit checkpoint's hyper-parameters in weights_only loads)
 
+pytestmark = pytest.mark.slow  # processes of their own: deselect with -m 'not slow'
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "builtin:models/tiny-gpt2"
 

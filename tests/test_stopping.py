@@ -26,13 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARDED = "--trainer.strategy.class_path=ModelParallelStrategy"
 
 
-@pytest.fixture(autouse=True)
-def _no_signal():
-    yield
-    stopping._signals.clear()
-    stopping._posted = False
-
-
 def test_a_signal_only_records_itself():
     assert stopping.stop_requested() is None
     stopping.request_stop(signal.SIGTERM)
@@ -116,7 +109,6 @@ def test_sigterm_stops_two_processes_within_15_seconds(protocol, strategy, targe
         sys.executable, "-m", "lightning_edit", "validate", f"--config={ROOT / 'configs/methods/rome.yaml'}",
         f"--config={ROOT / 'configs/models/toy-gpt2.yaml'}", f"--config={ROOT / 'configs/benchmarks/counterfact.yaml'}",
         "--data.path=builtin:data/toy/counterfact.json", "--data.batch_size=4", f"--model.protocol={protocol}",
-        "--model.target.v_num_grad_steps=5",  # a quicker edit: the signal waits for the current one
         "--model.stats.n_samples=200", f"--model.stats.cache_dir={statistics}", "--trainer.logger=true",
         f"--trainer.default_root_dir={tmp_path}", "--trainer.devices=2", "--trainer.accelerator=cpu",
         "--trainer.enable_progress_bar=false", SHARDED if strategy == "sharded" else "--trainer.strategy=ddp",
@@ -131,7 +123,7 @@ def test_sigterm_stops_two_processes_within_15_seconds(protocol, strategy, targe
             assert process.poll() is None and time.monotonic() - start < 200, log.read_text()[-3000:]
             time.sleep(0.2)
         children = _children(process.pid)
-        time.sleep(8)  # into the edits (every case takes a second or more)
+        time.sleep(4)  # into the edits (the statistics are cached; the 100 edits take half a minute or more)
         assert process.poll() is None, log.read_text()[-3000:]
         for pid in children if target == "one" else [process.pid, *children]:
             os.kill(pid, signal.SIGTERM)

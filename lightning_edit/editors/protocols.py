@@ -318,6 +318,15 @@ class ProtocolRunner(ModelPlacement):
                 "of the cases the sequential protocol edits: limit the benchmark instead (--data.limit)"
             )
 
+    def _check_eval_at(self, edits: int) -> None:
+        """A checkpoint of ``eval_at`` after more edits than the stream makes would score nothing (an n/a row)."""
+        beyond = [n for n in self.eval_at if n > edits]
+        if beyond:
+            raise ConfigError(
+                f"model.eval_at={self.eval_at}: {beyond} beyond the {edits} cases the sequential stream edits; a "
+                "checkpoint is a number of edits, at most the stream's length (more cases: --data.limit)"
+            )
+
     def _start(self, loader: DataLoader) -> None:
         self._note_ignored_settings()
         self._check_batch_limit(loader)
@@ -328,6 +337,7 @@ class ProtocolRunner(ModelPlacement):
         self.check_cases(cases, self._contexts)  # every case, on every process, before any weight changes
         self._check_declared(cases)
         self._leave_out_requests(cases)
+        self._check_eval_at(len(self._editable(cases)))
         for name in self.metrics:  # an empty update on every process: the gathered states then share dtypes
             self._update_metrics({name: (self.metric_kinds[name], [])})
         self._prepare()

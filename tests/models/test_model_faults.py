@@ -145,14 +145,6 @@ def test_a_tokenizer_without_pad_eos_or_unk_is_refused_and_never_cached(referenc
         load_tokenizer(ModelSource(str(folder)))
 
 
-@pytest.fixture(autouse=True)
-def no_stop():
-    """No stop signal before the test, nor left after it."""
-    assert stopping.stop_requested() is None
-    yield
-    stopping._signals.clear()
-
-
 @pytest.fixture
 def stop_after(monkeypatch):
     """``stop_after(n)``: a stop signal (SIGTERM) arrives as the n-th tensor of a GGUF file is dequantized."""
