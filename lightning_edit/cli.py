@@ -41,18 +41,9 @@ import lightning_edit.data
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
 import lightning_edit.toy  # noqa: F401  (ToyCorpus, CausalLMPretraining, ToyEditTraining)
 from lightning_edit.editors.base import EditorModule
-from lightning_edit.errors import (
-    DEBUG_ENV,
-    REDACTED,
-    add_secrets,
-    argv_secrets,
-    mask,
-    mask_output,
-    redact,
-    secret_field,
-    user_error,
-)
+from lightning_edit.errors import DEBUG_ENV, user_error
 from lightning_edit.presets import compose_presets
+from lightning_edit.redaction import REDACTED, add_secrets, argv_secrets, mask, mask_output, redact, secret_field
 from lightning_edit.report import RunReport
 from lightning_edit.run_folder import RunFolder
 from lightning_edit.stopping import request_stop, stop_agreed
@@ -208,7 +199,7 @@ def _log_redacted(log_hyperparams: Callable[..., None], params: Any, *args: Any,
 
 
 def redact_namespace(config: Namespace) -> Namespace:
-    """A copy of ``config`` redacted as :func:`~lightning_edit.errors.redact` redacts a dict, also in the namespaces
+    """A copy of ``config`` redacted as :func:`~lightning_edit.redaction.redact` redacts a dict, also in the namespaces
     of its lists (a list of loggers)."""
     config = config.clone()
     for key, value in config.items():

@@ -29,9 +29,9 @@ from lightning_edit.cases import EditCase
 from lightning_edit.data.base import EditDataModule
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.run_metrics import CaseAnswers
-from lightning_edit.errors import redact
 from lightning_edit.judges.base import JudgeFailedError
 from lightning_edit.judges.kind import judge_report, reset_judge_stats
+from lightning_edit.redaction import redact
 from lightning_edit.results import json_safe, markdown_table, write_results
 from lightning_edit.run_folder import run_folder
 

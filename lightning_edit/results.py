@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning_edit.errors import redact
 from lightning_edit.provenance import git_hash, package_versions
+from lightning_edit.redaction import redact
 from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind
 
 
@@ -70,7 +70,7 @@ def write_results(
     (:func:`~lightning_edit.judges.kind.judge_report`) when a judge scored anything; ``stream``: a sequential run's
     record at each ``eval_at`` checkpoint (edits applied, seconds spent editing, peak memory in bytes), when it has one;
     ``kinds``: the benchmark's score kinds (their labels in results.md). Every secret in any of them is redacted
-    (:func:`~lightning_edit.errors.redact`: a benchmark note or a judge's ``base_url`` with a password in it).
+    (:func:`~lightning_edit.redaction.redact`: a benchmark note or a judge's ``base_url`` with a password in it).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from lightning_edit.errors import DEBUG_ENV, ConfigError, mask, user_error
+from lightning_edit.errors import DEBUG_ENV, ConfigError, user_error
+from lightning_edit.redaction import mask
 from lightning_edit.stopping import request_stop
 
 T = TypeVar("T")

@@ -29,17 +29,9 @@ from lightning_edit.cli import build_cli, main
 from lightning_edit.data.base import DataFormatError, EditDataModule, read_records
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.mend import MENDCheckpointError
-from lightning_edit.errors import (
-    REDACTED,
-    ConfigError,
-    UserError,
-    add_secrets,
-    argv_secrets,
-    mask_output,
-    redact_text,
-    user_error,
-)
+from lightning_edit.errors import ConfigError, UserError, user_error
 from lightning_edit.models.loading import ModelNotFoundError
+from lightning_edit.redaction import REDACTED, add_secrets, argv_secrets, mask_output, redact_text
 from lightning_edit.resources import resolve_path
 
 ROOT = Path(__file__).resolve().parents[1]

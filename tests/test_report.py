@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from lightning_edit.cli import build_cli
-from lightning_edit.errors import REDACTED, redact, secret_values
 from lightning_edit.judges.agreement import agreement_table
 from lightning_edit.metrics.prompt_mean import aggregate
+from lightning_edit.redaction import REDACTED, redact, secret_values
 from lightning_edit.results import write_results
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from lightning_edit.cli import main
-from lightning_edit.errors import REDACTED, ConfigError, add_secrets, argv_secrets, mask, redact, secret_values
+from lightning_edit.errors import ConfigError
+from lightning_edit.redaction import REDACTED, add_secrets, argv_secrets, mask, redact, secret_values
 
 TINY = "builtin:models/tiny-gpt2"
 

@@ -21,7 +21,8 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lightning_edit.errors import ConfigError, mask
+from lightning_edit.errors import ConfigError
+from lightning_edit.redaction import mask
 
 #: a cached verdict: (score, or None if missing; reason; the judge's raw output)
 Row = tuple[float | None, str, str]

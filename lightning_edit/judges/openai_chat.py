@@ -8,7 +8,7 @@ requests at once: the verdicts already given are cached, the others are failed o
 
 The API key is read from the environment variable ``api_key_env`` when the client is made; it is never stored in
 the judge's settings, the cache, results or logs, and where an endpoint echoes it (in an error, in a reply) it is
-masked before the text is logged or cached (:func:`~lightning_edit.errors.mask`). The judge's identity (cache key)
+masked before the text is logged or cached (:func:`~lightning_edit.redaction.mask`). The judge's identity (cache key)
 is its model and template and parameters, not the endpoint: the same model behind another URL reuses the verdicts.
 """
 
@@ -20,9 +20,10 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
-from lightning_edit.errors import ConfigError, add_secrets, mask, require, secret_field
+from lightning_edit.errors import ConfigError, require
 from lightning_edit.judges.base import Scale
 from lightning_edit.judges.llm import LLMJudge
+from lightning_edit.redaction import add_secrets, mask, secret_field
 from lightning_edit.stopping import stop_requested
 
 if TYPE_CHECKING:
