@@ -143,8 +143,9 @@ def main() -> None:
                         help="cloze for the toy models (they never saw an option list: letter is chance)")  # fmt: skip
     parser.add_argument("--answer-cue", default="Answer:", help="letter: the last prompt line ($'Answer:\\n': bare)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--n", nargs="+", type=tools.positive_int, default=[10, 20, 50, 100, 200],
-                        help="numbers of edits")
+    parser.add_argument(
+        "--n", nargs="+", type=tools.positive_int, default=[10, 20, 50, 100, 200], help="numbers of edits"
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="--data.sample_seed of the repeats")
     parser.add_argument("--mode", default="fresh", choices=["fresh", "checkpoints"])
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")

@@ -83,8 +83,9 @@ def main() -> None:
     parser.add_argument("--facts", type=tools.positive_int, default=20)
     parser.add_argument("--skip", type=tools.non_negative_int, default=0, help="records to pass over first")
     parser.add_argument("--samples", type=tools.positive_int, default=10, help="noise draws per fact (paper: 10)")
-    parser.add_argument("--window", type=tools.positive_int, default=10,
-                        help="layers restored for mlp/attn (paper: 10)")
+    parser.add_argument(
+        "--window", type=tools.positive_int, default=10, help="layers restored for mlp/attn (paper: 10)"
+    )
     parser.add_argument("--kinds", nargs="+", default=["hidden", "mlp", "attn"], choices=KINDS)
     parser.add_argument("--noise-factor", type=float, default=3.0)
     parser.add_argument("--threads", type=tools.positive_int, default=None)

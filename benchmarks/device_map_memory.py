@@ -66,8 +66,9 @@ def main() -> None:
     parser = tools.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--batch", nargs=2, type=tools.positive_int, default=[8, 64], help="sequences, tokens")
-    parser.add_argument("--forwards", type=tools.positive_int, default=3,
-                        help="forwards timed (the fastest is reported)")
+    parser.add_argument(
+        "--forwards", type=tools.positive_int, default=3, help="forwards timed (the fastest is reported)"
+    )
     parser.add_argument("--threads", type=tools.positive_int, default=1)
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # a child process: folder, map (JSON)
     args = parser.parse_args()

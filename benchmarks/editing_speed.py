@@ -80,8 +80,9 @@ def peak_memory(after: str) -> None:
 def build_model(args, directory: Path) -> None:
     tokenizer = load_tokenizer(ModelSource("builtin:models/tiny-gpt2"))
     ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=args.hidden, n_layer=args.layers, n_head=8,
-                        n_positions=args.max_length, **ids)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_embd=args.hidden, n_layer=args.layers, n_head=8, n_positions=args.max_length, **ids
+    )
     torch.manual_seed(0)
     GPT2LMHeadModel(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -105,8 +106,16 @@ def statistics_section(args, model_dir: Path, stats: KeyStatistics) -> None:
     model.to(args.device)
 
     def moments(layers: list[int], cache_dir: str):
-        return lambda: load_or_compute(model, tokenizer, stats.corpus, layers, n_samples=stats.n_samples,
-                                       batch_size=stats.batch_size, cache_dir=cache_dir, progress=False)
+        return lambda: load_or_compute(
+            model,
+            tokenizer,
+            stats.corpus,
+            layers,
+            n_samples=stats.n_samples,
+            batch_size=stats.batch_size,
+            cache_dir=cache_dir,
+            progress=False,
+        )
 
     first, together = timed(moments(args.edit_layers, stats.cache_dir))
     cached, again = timed(moments(args.edit_layers, stats.cache_dir))  # no forward: every layer is cached
@@ -118,12 +127,16 @@ def statistics_section(args, model_dir: Path, stats: KeyStatistics) -> None:
     gap = max(float((alone[i].sum - together[i].sum).abs().max() / together[i].sum.abs().max()) for i in alone)
     same = all(torch.equal(again[i].sum, together[i].sum) for i in together)
     m = together[args.edit_layers[0]]
-    print(f"== key statistics: layers {args.edit_layers}, {m.n_documents} documents, {m.n_tokens} tokens, "
-          f"d_in {m.sum.shape[0]}")
+    print(
+        f"== key statistics: layers {args.edit_layers}, {m.n_documents} documents, {m.n_tokens} tokens, "
+        f"d_in {m.sum.shape[0]}"
+    )
     print(f"one pass, uncached   : {first:8.2f} s")
     print(f"second call (cache)  : {cached:8.2f} s  ({first / cached:.0f}x faster; identical sums: {same})")
-    print(f"one pass per layer   : {per_layer:8.2f} s  ({per_layer / first:.1f}x the single pass; "
-          f"max rel. difference of the sums {gap:.1e})")
+    print(
+        f"one pass per layer   : {per_layer:8.2f} s  ({per_layer / first:.1f}x the single pass; "
+        f"max rel. difference of the sums {gap:.1e})"
+    )
 
 
 def make_editor(cls, args, model_dir: Path, stats: KeyStatistics):
@@ -157,9 +170,11 @@ def run_protocol(editor, requests: list, protocol: str, edit_batch_size: int) ->
 
 def editing_section(args, model_dir: Path, stats: KeyStatistics) -> None:
     requests = counterfact_requests(args.n_edits)
-    print(f"== editing: {len(requests)} CounterFact edits (from {len(set(requests))} distinct), layers "
-          f"{args.edit_layers} (ROME: {args.edit_layers[-1]}), {args.grad_steps} target steps, "
-          f"edit_batch_size {args.edit_batch_size}")
+    print(
+        f"== editing: {len(requests)} CounterFact edits (from {len(set(requests))} distinct), layers "
+        f"{args.edit_layers} (ROME: {args.edit_layers[-1]}), {args.grad_steps} target steps, "
+        f"edit_batch_size {args.edit_batch_size}"
+    )
     print(f"{'method':<10} {'prepare s':>9} " + " ".join(f"{p + ' edits/s':>18}" for p in PROTOCOLS))
     for cls in (ROME, MEMIT, AlphaEdit):
         editor = make_editor(cls, args, model_dir, stats)
@@ -181,8 +196,10 @@ def solve_section(args) -> None:
     C = (A @ A.T / (2 * d_in)).to(args.device)  # (d_in, d_in) SPD, eigenvalues in about [0.09, 2.9]
     del A
     factor_time, factor = timed(lambda: CovarianceFactor(C))
-    print(f"== MEMIT solve: d_in {d_in}, d_out {d_out}, lambda {lam:g}, best of {args.repeats}; "
-          f"CovarianceFactor (once per layer, cached): {factor_time:.2f} s")
+    print(
+        f"== MEMIT solve: d_in {d_in}, d_out {d_out}, lambda {lam:g}, best of {args.repeats}; "
+        f"CovarianceFactor (once per layer, cached): {factor_time:.2f} s"
+    )
     print(f"{'n':>6} {'woodbury s':>11} {'cholesky s':>11} {'speed-up':>9} {'max rel diff':>13}")
     for n in args.solver_n:
         K = torch.randn(d_in, n, generator=generator, dtype=torch.float64).to(args.device)
@@ -197,21 +214,27 @@ def main() -> None:
     parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes (overrides the others)")
     parser.add_argument("--layers", type=tools.positive_int, default=6)
-    parser.add_argument("--hidden", type=tools.positive_int, default=256,
-                        help="hidden size (the keys have 4x as many dims)")
-    parser.add_argument("--edit-layers", type=tools.non_negative_int, nargs="+", default=[1, 2, 3, 4],
-                        help="MEMIT's; ROME: the last")
+    parser.add_argument(
+        "--hidden", type=tools.positive_int, default=256, help="hidden size (the keys have 4x as many dims)"
+    )
+    parser.add_argument(
+        "--edit-layers", type=tools.non_negative_int, nargs="+", default=[1, 2, 3, 4], help="MEMIT's; ROME: the last"
+    )
     parser.add_argument("--n-edits", type=tools.positive_int, default=24)
-    parser.add_argument("--edit-batch-size", type=tools.positive_int, default=8,
-                        help="sequential protocol: edits per call")
-    parser.add_argument("--grad-steps", type=tools.positive_int, default=20,
-                        help="v*/z optimisation steps (reference: 20)")
+    parser.add_argument(
+        "--edit-batch-size", type=tools.positive_int, default=8, help="sequential protocol: edits per call"
+    )
+    parser.add_argument(
+        "--grad-steps", type=tools.positive_int, default=20, help="v*/z optimisation steps (reference: 20)"
+    )
     parser.add_argument("--nullspace-threshold", type=float, default=2e-2, help="AlphaEdit's tau")
     parser.add_argument("--documents", type=tools.positive_int, default=400, help="statistics documents")
-    parser.add_argument("--texts-per-document", type=tools.positive_int, default=16,
-                        help="embedded texts joined per document")
-    parser.add_argument("--max-length", type=tools.positive_int, default=256,
-                        help="context length (tokens kept per document)")
+    parser.add_argument(
+        "--texts-per-document", type=tools.positive_int, default=16, help="embedded texts joined per document"
+    )
+    parser.add_argument(
+        "--max-length", type=tools.positive_int, default=256, help="context length (tokens kept per document)"
+    )
     parser.add_argument("--stats-batch-size", type=tools.positive_int, default=8)
     parser.add_argument("--solver-d-in", type=tools.positive_int, default=2048)
     parser.add_argument("--solver-n", type=tools.positive_int, nargs="+", default=[1, 10, 100, 1000])
@@ -227,14 +250,20 @@ def main() -> None:
         args.layers, args.hidden, args.edit_layers, args.n_edits, args.edit_batch_size = 4, 128, [1, 2], 4, 2
         args.grad_steps, args.documents, args.solver_d_in, args.solver_n, args.repeats = 5, 40, 512, [1, 10, 100], 1
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}; "
-          f"model: GPT-2 {args.layers} layers x {args.hidden} (random weights)\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}; "
+        f"model: GPT-2 {args.layers} layers x {args.hidden} (random weights)\n"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         build_model(args, tmp / "model")
         write_documents(tmp / "documents.txt", args.documents, args.texts_per_document)
-        stats = KeyStatistics(corpus=str(tmp / "documents.txt"), n_samples=args.documents,
-                              batch_size=args.stats_batch_size, cache_dir=str(tmp / "cache"))
+        stats = KeyStatistics(
+            corpus=str(tmp / "documents.txt"),
+            n_samples=args.documents,
+            batch_size=args.stats_batch_size,
+            cache_dir=str(tmp / "cache"),
+        )
         statistics_section(args, tmp / "model", stats)
         peak_memory("the statistics")
         editing_section(args, tmp / "model", stats)

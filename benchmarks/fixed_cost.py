@@ -41,11 +41,13 @@ def timed(method):
 def main() -> None:
     parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
-    parser.add_argument("--limit", type=tools.positive_int, default=100,
-                        help="the first cases of the toy CounterFact file")
+    parser.add_argument(
+        "--limit", type=tools.positive_int, default=100, help="the first cases of the toy CounterFact file"
+    )
     parser.add_argument("--runs", type=tools.positive_int, default=5)
-    parser.add_argument("--threads", type=tools.positive_int, default=None,
-                        help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=tools.positive_int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

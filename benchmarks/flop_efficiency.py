@@ -155,12 +155,14 @@ def main() -> None:
     parser.add_argument("--steps", type=tools.positive_int, default=20, help="v*/z iterations per edit (no early stop)")
     parser.add_argument("--layer", type=tools.non_negative_int, default=5, help="ROME's edited layer")
     parser.add_argument("--memit-layers", type=tools.non_negative_int, nargs="+", default=[3, 4, 5, 6, 7, 8])
-    parser.add_argument("--cases", type=tools.non_negative_int, default=4,
-                        help="cases for cases/s (0: skip that section)")
+    parser.add_argument(
+        "--cases", type=tools.non_negative_int, default=4, help="cases for cases/s (0: skip that section)"
+    )
     parser.add_argument("--documents", type=tools.positive_int, default=200, help="MEMIT's statistics documents")
     parser.add_argument("--matmul-size", type=tools.positive_int, default=2048)
-    parser.add_argument("--threads", type=tools.positive_int, default=None,
-                        help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=tools.positive_int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, few steps: a smoke run")
     args = parser.parse_args()

@@ -108,12 +108,18 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=(*DEFAULT_METHODS, REFERENCE))
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
     parser.add_argument("--edits", type=tools.positive_int, default=10000)
-    parser.add_argument("--checkpoints", type=tools.positive_int, nargs="+",
-                        help="edits after which the sample is scored (default: 1000, 5000, 10000 up to --edits)")
-    parser.add_argument("--sample", type=tools.positive_int, default=200,
-                        help="cases scored at each checkpoint (eval_sample)")
-    parser.add_argument("--edit-batch-size", type=tools.positive_int, default=None,
-                        help="edits per call (default: the config's)")
+    parser.add_argument(
+        "--checkpoints",
+        type=tools.positive_int,
+        nargs="+",
+        help="edits after which the sample is scored (default: 1000, 5000, 10000 up to --edits)",
+    )
+    parser.add_argument(
+        "--sample", type=tools.positive_int, default=200, help="cases scored at each checkpoint (eval_sample)"
+    )
+    parser.add_argument(
+        "--edit-batch-size", type=tools.positive_int, default=None, help="edits per call (default: the config's)"
+    )
     parser.add_argument("--threads", type=tools.positive_int, default=2, help="torch CPU threads")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     parser.add_argument("--plot", type=Path, default=None, help="write the curves to this PNG")

@@ -102,8 +102,9 @@ def main() -> None:
     parser.add_argument("--offset", type=tools.non_negative_int, default=0, help="cases skipped first (--data.offset)")
     parser.add_argument("--limit", type=tools.positive_int, default=100)
     parser.add_argument("--stats-corpus", help="key-statistics corpus for the editors that take one")
-    parser.add_argument("--stats-samples", type=tools.positive_int, default=600,
-                        help="its documents (--model.stats.n_samples)")
+    parser.add_argument(
+        "--stats-samples", type=tools.positive_int, default=600, help="its documents (--model.stats.n_samples)"
+    )
     parser.add_argument("--methods", nargs="+", default=["unedited", "ROME", "MEMIT"], choices=list(METHODS))
     parser.add_argument("--protocol", default="single", choices=("single", "batch", "sequential"))
     parser.add_argument("--generated-answers", choices=["bare", "qa_inst", "chat"], help="--data.generated_answers")

@@ -38,8 +38,9 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=tools.positive_int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--hidden", type=tools.positive_int, default=512)
     parser.add_argument("--layers", type=tools.positive_int, default=6)
-    parser.add_argument("--threads", type=tools.positive_int, default=None,
-                        help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=tools.positive_int, default=None, help="torch threads (default: torch's choice)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -49,8 +50,10 @@ def main() -> None:
     config = GPT2Config(vocab_size=len(tokenizer), n_embd=args.hidden, n_layer=args.layers, n_head=8, **ids)
     model = GPT2LMHeadModel(config).eval()
     prompts, targets = pairs(args.data, args.n)
-    print(f"model: GPT-2 {args.layers} layers x {args.hidden}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-          f"parameters; {len(prompts)} pairs; {torch.get_num_threads()} threads")
+    print(
+        f"model: GPT-2 {args.layers} layers x {args.hidden}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+        f"parameters; {len(prompts)} pairs; {torch.get_num_threads()} threads"
+    )
 
     score_targets(model, tokenizer, prompts[:8], targets[:8])  # warm-up
     start = time.perf_counter()

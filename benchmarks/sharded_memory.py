@@ -128,8 +128,9 @@ def main() -> None:
     parser.add_argument("--processes", type=tools.positive_int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--shapes", nargs="+", default=[shape for shape in SHAPES if shape != "llama-2-7b"],
                         choices=list(SHAPES))  # fmt: skip
-    parser.add_argument("--batch", type=tools.positive_int, nargs=2, default=[8, 64],
-                        help="sequences and tokens of the forward")
+    parser.add_argument(
+        "--batch", type=tools.positive_int, nargs=2, default=[8, 64], help="sequences and tokens of the forward"
+    )
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mib = 2**20

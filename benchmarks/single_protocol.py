@@ -71,15 +71,19 @@ def main() -> None:
     parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
     parser.add_argument("--methods", nargs="+", default=["ROME", "MEMIT"], help="rows of toy_runs.py")
-    parser.add_argument("--limit", type=tools.positive_int, default=100,
-                        help="the first cases of the toy CounterFact file")
-    parser.add_argument("--batch-size", type=tools.positive_int, default=32,
-                        help="--data.batch_size: cases edited together")
-    parser.add_argument("--generated-answers", default=None, choices=("bare", "qa_inst", "chat"),
-                        help="--data.generated_answers")
+    parser.add_argument(
+        "--limit", type=tools.positive_int, default=100, help="the first cases of the toy CounterFact file"
+    )
+    parser.add_argument(
+        "--batch-size", type=tools.positive_int, default=32, help="--data.batch_size: cases edited together"
+    )
+    parser.add_argument(
+        "--generated-answers", default=None, choices=("bare", "qa_inst", "chat"), help="--data.generated_answers"
+    )
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS), help="the paths to run")
-    parser.add_argument("--threads", type=tools.positive_int, default=None,
-                        help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=tools.positive_int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     parser.add_argument("--whole-process", action="store_true", help="time each run as a new process, imports included")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one run; flags after "--"

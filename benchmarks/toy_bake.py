@@ -48,8 +48,9 @@ def main() -> None:
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
     parser.add_argument("--methods", nargs="+", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--limit", type=tools.positive_int, default=100, help="the first cases of the toy BAKE file")
-    parser.add_argument("--demonstrations", type=tools.positive_int, default=4,
-                        help="IKE's k (the toy models see 256 tokens)")
+    parser.add_argument(
+        "--demonstrations", type=tools.positive_int, default=4, help="IKE's k (the toy models see 256 tokens)"
+    )
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="toy_bake_"))

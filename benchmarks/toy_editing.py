@@ -44,12 +44,15 @@ def main() -> None:
     parser.add_argument("--model", default="toy-gpt2", help="a model preset: configs/models/<model>.yaml")
     parser.add_argument("--protocols", nargs="+", default=["single", "sequential"], choices=PROTOCOLS)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--limit", type=tools.positive_int, default=50,
-                        help="edits (the first cases of the toy CounterFact file)")
-    parser.add_argument("--edit-batch-size", type=tools.positive_int, default=1,
-                        help="sequential protocol: edits per editor call")
-    parser.add_argument("--threads", type=tools.positive_int, default=None,
-                        help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--limit", type=tools.positive_int, default=50, help="edits (the first cases of the toy CounterFact file)"
+    )
+    parser.add_argument(
+        "--edit-batch-size", type=tools.positive_int, default=1, help="sequential protocol: edits per editor call"
+    )
+    parser.add_argument(
+        "--threads", type=tools.positive_int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     args = parser.parse_args()
     if args.threads:

@@ -48,12 +48,14 @@ def train_mend(root: Path) -> Path:
 def main() -> None:
     parser = tools.ArgumentParser(description=__doc__)
     parser.add_argument("--methods", nargs="+", default=list(ROWS), choices=ROWS)
-    parser.add_argument("--limit", type=tools.positive_int, default=50,
-                        help="the first cases of the toy ScEdit-CF file")
+    parser.add_argument(
+        "--limit", type=tools.positive_int, default=50, help="the first cases of the toy ScEdit-CF file"
+    )
     parser.add_argument("--mend", type=Path, default=None, help="a trained toy MEND network (default: train one)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
-    parser.add_argument("--threads", type=tools.positive_int, default=1,
-                        help="torch CPU threads (the README's figures: 1)")
+    parser.add_argument(
+        "--threads", type=tools.positive_int, default=1, help="torch CPU threads (the README's figures: 1)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     root = args.root or Path(tempfile.mkdtemp(prefix="toy_scedit_"))

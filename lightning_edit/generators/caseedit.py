@@ -259,8 +259,9 @@ def main(argv: list[str] | None = None) -> PipelineStats:
     parser.add_argument("--model", default="gpt-4o-mini", help="the chat model (the paper: gpt-4o-mini)")
     parser.add_argument("--base-url", default=None, help="an OpenAI-compatible server; default: the OpenAI API")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="the environment variable holding the key")
-    parser.add_argument("--max-retries", type=tools.non_negative_int, default=2,
-                        help="retries of a failed request, with backoff")
+    parser.add_argument(
+        "--max-retries", type=tools.non_negative_int, default=2, help="retries of a failed request, with backoff"
+    )
     parser.add_argument("--templates", default=TEMPLATES, help="directory of location/ground_truth/questions.yaml")
     parser.add_argument("--seed", type=int, default=0, help="seed of the option shuffling")
     args = parser.parse_args(argv)

@@ -193,6 +193,7 @@ def _check_stop(gguf: Path, where: str) -> None:
 #: from ``rope_scaling``): not weights the conversion drops
 DERIVED_TENSORS = frozenset({"rope_freqs.weight"})
 
+
 @contextmanager
 def _watched_loader(gguf: Path) -> Iterator[set[str]]:
     """transformers' GGUF loader with a stop check (:func:`_check_stop`) as it reads the file, names the weights and

@@ -133,13 +133,14 @@ def _check_text(path: Path) -> None:
     with path.open("rb") as handle:
         head = handle.read(SNIFF_BYTES)
     try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)  # a sequence cut at the end is no fault
+        text = b"\0" not in head
     except UnicodeDecodeError:
-        head = b"\0"
-    if b"\0" in head:
+        text = False
+    if not text:
         raise CorpusError(
             f"corpus file {str(path)!r} is not UTF-8 text (a binary file?): "
-            "pass a .txt file of one document per line or a .jsonl file of {\"text\": ...} records"
+            'pass a .txt file of one document per line or a .jsonl file of {"text": ...} records'
         )
 
 

@@ -298,8 +298,10 @@ def test_no_secret_reaches_any_file_or_output(tmp_path, chat_server):
         "judged": (validate_command(tmp_path / "run", {"LLM": spec}, flags=flags("run")), 0),
         "print_config": (validate_command(tmp_path / "p", {"LLM": spec}, flags=flags("p", "--print_config")), 0),
         "pasted key": (validate_command(tmp_path / "k", {"LLM": pasted}, flags=flags("k")), 1),
-        "traceback": (validate_command(tmp_path / "t", {"LLM": spec}, flags=flags("t", "--data.limit=0", "--debug")),
-                      1),
+        "traceback": (
+            validate_command(tmp_path / "t", {"LLM": spec}, flags=flags("t", "--data.limit=0", "--debug")),
+            1,
+        ),
     }
     outputs = {}
     for name, (command, status) in runs.items():
