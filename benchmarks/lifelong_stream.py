@@ -74,7 +74,7 @@ def rows_of(results: dict) -> list[dict]:
                 "edits": n,
                 **scores,
                 "edits_per_s": n / record["edit_seconds"],
-                "peak_gib": record["peak_memory_bytes"] / 2**30,
+                "peak_gib": max(record.get("gpu_peak_bytes", {}).values(), default=record["host_peak_bytes"]) / 2**30,
             }
         )
     final = {m: results["metrics"][m]["macro"] for m in METRICS}

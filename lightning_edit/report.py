@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -107,6 +108,16 @@ def retention_figure(results: dict[str, dict[str, Any]], n_edits: int):
     return figure
 
 
+def gather_memory(module: EditorModule, world_size: int) -> list[dict[str, Any]]:
+    """Every process's peak memory and the phases that set it (each process must call it), in process order."""
+    local = module.peak_memory.record(module.model)
+    shares: list[Any] = [local]
+    if world_size > 1 and torch.distributed.is_initialized():
+        shares = [None] * world_size
+        torch.distributed.all_gather_object(shares, local)
+    return [{"process": rank, **share} for rank, share in enumerate(shares)]
+
+
 class RunReport(Callback):
     """Writes and logs the report of an editor's validate/test run (see the module docstring).
 
@@ -135,6 +146,7 @@ class RunReport(Callback):
         if not isinstance(module, EditorModule) or trainer.sanity_checking:
             return
         judges = redact(judge_report(module.score_kinds))  # from every process; a key pasted as api_key_env redacted
+        memory = gather_memory(module, trainer.world_size)  # from every process
         if not trainer.is_global_zero:
             return
         directory = run_folder(trainer)  # the folder the run claimed (lightning_edit.run_folder)
@@ -149,8 +161,9 @@ class RunReport(Callback):
         notes = datamodule.run_notes(module) if isinstance(datamodule, EditDataModule) else {}
         seconds = time.perf_counter() - self.start
         path = write_results(
-            directory, module.results, self.config, counts, seconds, notes, judges, module.stream, module.score_kinds
-        )
+            directory, module.results, self.config, counts, seconds, notes, judges, module.stream, module.score_kinds,
+            memory,
+        )  # fmt: skip
         rows = case_rows(cases, module.case_scores, module.case_answers)
         (directory / "cases.jsonl").write_text(
             "".join(json.dumps(json_safe(row), allow_nan=False) + "\n" for row in rows)

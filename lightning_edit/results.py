@@ -59,8 +59,9 @@ def write_results(
     seconds: float | None = None,
     benchmark: dict[str, Any] | None = None,
     judges: dict[str, Any] | None = None,
-    stream: list[dict[str, float]] | None = None,
+    stream: list[dict[str, Any]] | None = None,
     kinds: Mapping[str, ScoreKind] = BUILTIN_KINDS,
+    memory: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``results.json`` and ``results.md`` into ``directory``; returns the JSON path.
 
@@ -68,8 +69,9 @@ def write_results(
     ``benchmark``: the benchmark's notes on the run (:meth:`~lightning_edit.data.base.EditDataModule.run_notes`),
     written as ``benchmark`` when there are any; ``judges``: the ``judges`` and ``judge_agreement`` blocks
     (:func:`~lightning_edit.judges.kind.judge_report`) when a judge scored anything; ``stream``: a sequential run's
-    record at each ``eval_at`` checkpoint (edits applied, seconds spent editing, peak memory in bytes), when it has one;
-    ``kinds``: the benchmark's score kinds (their labels in results.md). Every secret in any of them is redacted
+    record at each ``eval_at`` checkpoint (edits applied, seconds spent editing, peak memory so far), when it has one;
+    ``kinds``: the benchmark's score kinds (their labels in results.md); ``memory``: each process's peaks and the phases
+    that set them (:class:`~lightning_edit.peak_memory.PeakMemory`). Every secret in any of them is redacted
     (:func:`~lightning_edit.redaction.redact`: a benchmark note or a judge's ``base_url`` with a password in it).
     """
     directory = Path(directory)
@@ -78,6 +80,7 @@ def write_results(
         "metrics": metrics,
         "counts": counts,
         "seconds": seconds,
+        **({"memory": memory} if memory else {}),
         **({"stream": stream} if stream else {}),
         **({"benchmark": benchmark} if benchmark else {}),
         **(judges or {}),

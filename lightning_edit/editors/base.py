@@ -30,6 +30,7 @@ from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.models.row_updates import RowUpdates
 from lightning_edit.models.saving import save_edited_model
 from lightning_edit.models.snapshot import WeightSnapshot
+from lightning_edit.peak_memory import PeakMemory
 from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind
 
 
@@ -101,7 +102,8 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         self.model.requires_grad_(False)
         self.protocol, self.edit_batch_size, self.eval_at = protocol, edit_batch_size, sorted(eval_at or [])
         self.eval_sample = eval_sample
-        self.stream: list[dict[str, float]] = []  # one record per eval_at checkpoint: edits, seconds, peak memory
+        self.stream: list[dict[str, Any]] = []  # one record per eval_at checkpoint: edits, seconds, peak memory
+        self.peak_memory = PeakMemory()  # the run's peaks and their phases (results.json's memory)
         self.scoring = scoring or ScoringConfig()
         self.output_dir = output_dir
         self.in_context = in_context

@@ -152,6 +152,7 @@ class MEMIT(EditorModule):
         vectors = optimize_target_vectors(
             self.model, self.tokenizer, requests, last, self.arch.spec.blocks, flat, self.target, self.fact_token
         )
+        self.peak_memory.note_budget(vectors.budget)
         Z = vectors.targets.double().T  # (d, n)
         owner_of = owners if owners is not None else [0] * len(requests)
         for i, layer in enumerate(self.layers):

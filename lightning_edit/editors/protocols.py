@@ -45,7 +45,6 @@ and each scores its share of a batch's cases (``scored_here``), its forwards kep
 
 from __future__ import annotations
 
-import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,13 +80,6 @@ def max_positions(model: nn.Module) -> int | None:
     """The model's maximum positions (``n_positions`` / ``max_position_embeddings``), None when it has none."""
     config = getattr(model, "config", None)
     return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
-
-
-def peak_memory_bytes(device: torch.device) -> int:
-    """The peak memory of the run so far: CUDA memory allocated on ``device``, else the process's peak resident set."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def checkpoint_sample(n: int, size: int | None, total: int, seed: int = 0) -> list[int]:
@@ -215,6 +207,7 @@ class ProtocolRunner(ModelPlacement):
         with self._progress(len(cases), description) as bar:
             for start in range(0, len(cases), self.edit_batch_size):
                 chunk = cases[start : start + self.edit_batch_size]
+                self.peak_memory.enter("editing", self.model)
                 for call in self._editor_calls(chunk):
                     self.apply_edits(call)
                 bar.update(len(chunk))
@@ -244,6 +237,7 @@ class ProtocolRunner(ModelPlacement):
         """
         scorer, local = self._scorer(), self.scored_here(local)
         answers: Answers = {}
+        self.peak_memory.enter("scoring", self.model)
         with self.lockstep():
             reference = scorer.reference(local)
             scores = scorer.score_unedited(local, reference, self.scoring.pre_edit, answers)
@@ -258,9 +252,10 @@ class ProtocolRunner(ModelPlacement):
             for n in self.eval_at:
                 if previous < n <= applied:
                     edit_seconds = time.perf_counter() - start - scoring_seconds
-                    memory = peak_memory_bytes(self.device)
-                    self.stream.append({"edits": applied, "edit_seconds": edit_seconds, "peak_memory_bytes": memory})
+                    memory = self.peak_memory.record(self.model)
+                    self.stream.append({"edits": applied, "edit_seconds": edit_seconds, **memory})
                     self._share_edited_state(undo, before)
+                    self.peak_memory.enter("scoring", self.model)
                     scored = set(checkpoint_sample(n, self.eval_sample, len(cases)))
                     prefix = [case for case in local if positions[case.case_id] in scored]
                     answers = {}
@@ -283,10 +278,12 @@ class ProtocolRunner(ModelPlacement):
         self.check_cases(cases)
         self._leave_out_requests(cases)
         cases = self._editable(cases)
+        self.peak_memory.enter("statistics", self.model)
         self._prepare()
         undo = self.prepare_undo(self._requests(cases))
         for _ in self._apply_in_order(cases, "edits"):
             pass
+        self.peak_memory.enter("exporting", self.model)
         if self.trainer.is_global_zero:
             log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
             self.export(Path(self.output_dir) if self.output_dir else log_dir / "edited_model", cases)
@@ -340,6 +337,7 @@ class ProtocolRunner(ModelPlacement):
         self._check_eval_at(len(self._editable(cases)))
         for name in self.metrics:  # an empty update on every process: the gathered states then share dtypes
             self._update_metrics({name: (self.metric_kinds[name], [])})
+        self.peak_memory.enter("statistics", self.model)
         self._prepare()
         if self.protocol == "sequential":
             self._apply_sequentially(self._editable(cases), self._editable(loader_cases(loader, local=True)))
@@ -362,6 +360,7 @@ class ProtocolRunner(ModelPlacement):
         scorer, mine = self._scorer(), self.scored_here(batch)  # every case edited, ``mine`` scored here
         here = {case.case_id for case in mine}
         answers: Answers = {}
+        self.peak_memory.enter("scoring", self.model)
         if self._sequential is not None:
             with self.lockstep():
                 scores = scorer.score(mine, self._sequential[1], self._contexts, answers=answers)
@@ -373,7 +372,9 @@ class ProtocolRunner(ModelPlacement):
         self._update_metrics(scores, "", answers)
         chained = any(len(case.editor_calls) > 1 for case in batch)  # low-rank edits of the unedited model cannot chain
         if self.protocol == "single" and self.edits_weights and self.batched_single and not chained:
+            self.peak_memory.enter("editing", self.model)
             rows = self.low_rank_edits([case.requests for case in batch])
+            self.peak_memory.enter("scoring", self.model)
             if rows is not None:
                 answers = {}
                 with self.lockstep(), rows:
@@ -389,8 +390,10 @@ class ProtocolRunner(ModelPlacement):
             if done and self._stopping():  # after the case during which a stop signal arrived
                 break
             answers = {}
+            self.peak_memory.enter("editing", self.model)
             # every process's scoring forwards end (lockstep) before any undoes its shard of the edit
             with self.edits_applied(self._requests(cases), self._editor_calls(cases)), self.lockstep():
+                self.peak_memory.enter("scoring", self.model)
                 scored = [case for case in cases if case.case_id in here]
                 scores = scorer.score(scored, reference, self._contexts, answers=answers)
             self._update_metrics(scores, "", answers)

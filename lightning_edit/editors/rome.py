@@ -138,6 +138,7 @@ class ROME(EditorModule):
             self.model, self.tokenizer, requests, self.layer, self.arch.spec.mlp_out, templates, self.target,
             self.fact_token,
         )  # fmt: skip
+        self.peak_memory.note_budget(vectors.budget)
         updates = []
         for i in range(len(requests)):
             v_star = vectors.targets[i].double() - bias  # (d_out,) the projection's target without its bias

@@ -13,21 +13,31 @@ MEMIT/AlphaEdit at the block output (residual stream) of the last edited layer L
 and after each Adam step δ_i is projected onto the ball ‖δ_i‖ ≤ clamp_norm_factor · ‖m⁰_i‖. A request stops (and
 its δ stops changing) as soon as L_i < early_stop_loss; the last iteration only evaluates. Several requests run in
 one right-padded batch with one leaf tensor δ_i each and Adam's element-wise state, so a batched run reproduces
-one-by-one runs (docs/methods.md#invariants). m⁰_i is the module output at the fact token of the bare ``"{}"``
-prompt, read on the first forward (before δ is added).
+one-by-one runs (docs/methods.md#invariants); the requests of one call are optimised in chunks whose graph fits a
+memory budget (:mod:`~lightning_edit.editors.graph_budget`), which for the same reason changes δ only by float
+rounding. m⁰_i is the module output at the fact token of the bare ``"{}"`` prompt, read on the first forward (before δ
+is added).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from functools import partial
 
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.cases import EditRequest
+from lightning_edit.editors.graph_budget import (
+    automatic_budget,
+    bytes_per_token,
+    check_budget,
+    chunk_requests,
+    saved_bytes,
+)
 from lightning_edit.editors.locate import (
     DEFAULT_FACT_TOKEN,
     FactToken,
@@ -62,6 +72,9 @@ class TargetOptimization:
             computation, kept for checks and the speed benchmark). By default the blocks below the injection run
             once (:class:`~lightning_edit.models.hooks.PrefixReuse`) and the final norm and unembedding are applied
             only at the target and KL positions; the values agree to float rounding (tests/editors/test_locate.py).
+        memory_budget: bytes of autograd graph one chunk of requests may hold (``None``: automatic, the model's weight
+            bytes or half the free memory if less; docs/methods.md#memory-budget). Not a hyper-parameter: it changes
+            δ only by float rounding.
 
     Where δ is injected is the editor's ``fact_token``, the position its keys are read at (one setting).
     """
@@ -75,6 +88,16 @@ class TargetOptimization:
     kl_prompts: tuple[str, ...] = ("{} is a",)
     early_stop_loss: float = 5e-2
     full_forward: bool = False
+    memory_budget: int | None = None
+
+    def __post_init__(self) -> None:
+        meaning = "bytes of autograd graph one chunk of requests may hold, at least 1 (unset: automatic)"
+        require(
+            self.memory_budget is None or self.memory_budget >= 1,
+            "model.target.memory_budget",
+            self.memory_budget,
+            meaning,
+        )
 
 
 @dataclass(frozen=True)
@@ -101,6 +124,8 @@ class TargetVectors:
         loss: (n,) total loss with the returned δ.
         steps: (n,) number of Adam steps taken.
         history: one :class:`StepRecord` per iteration (all requests).
+        budget: the memory budget in force, in bytes.
+        chunks: the number of requests optimised together in each chunk, in order.
     """
 
     targets: Tensor
@@ -110,6 +135,8 @@ class TargetVectors:
     loss: Tensor
     steps: Tensor
     history: list[StepRecord] = field(default_factory=list, repr=False)
+    budget: int = 0
+    chunks: tuple[int, ...] = ()
 
 
 @dataclass
@@ -255,13 +282,85 @@ def optimize_target_vectors(
     training = model.training
     model.requires_grad_(False)
     model.eval()
+    optimize = partial(
+        _optimize, model, tokenizer, arch, layer=layer, module=module, templates=flat, loss_layer=loss_layer,
+        fact_token=fact_token,
+    )  # fmt: skip
     try:
         with torch.enable_grad():
-            return _optimize(model, tokenizer, arch, requests, layer, module, flat, loss_layer, config, fact_token)
+            return _in_chunks(optimize, model, tokenizer, requests, flat, config, fact_token)
     finally:
         for parameter, flag in zip(model.parameters(), flags):
             parameter.requires_grad_(flag)
         model.train(training)
+
+
+def _shape(
+    tokenizer: PreTrainedTokenizerBase,
+    request: EditRequest,
+    templates: list[str],
+    config: TargetOptimization,
+    fact_token: FactToken,
+) -> tuple[int, int]:
+    """(rows, longest row) of one request's prompts."""
+    batch = _build_batch(tokenizer, [request], templates, config, fact_token, torch.device("cpu"))
+    rows, length = batch.input_ids.shape
+    return rows, length
+
+
+def _in_chunks(
+    optimize: Callable[..., TargetVectors],
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    requests: Sequence[EditRequest],
+    templates: list[str],
+    config: TargetOptimization,
+    fact_token: FactToken,
+) -> TargetVectors:
+    """``optimize(requests, config)`` over consecutive chunks of the requests whose graph fits the memory budget; one
+    request's graph is measured by a probe (one forward and the loss, no step) when there is more than one."""
+    budget = automatic_budget(model) if config.memory_budget is None else config.memory_budget
+    if len(requests) == 1 and config.memory_budget is None:
+        return replace(optimize(requests, config=config), budget=budget, chunks=(1,))
+    shapes = [_shape(tokenizer, request, templates, config, fact_token) for request in requests]
+    with saved_bytes(model) as size:
+        optimize(requests[:1], config=replace(config, v_num_grad_steps=1))
+    per_token = bytes_per_token(size[0], *shapes[0])
+    if config.memory_budget is not None:
+        largest = max(per_token * rows * length for rows, length in shapes)
+        check_budget(budget, int(largest), "model.target.memory_budget")
+    chunks = chunk_requests(shapes, per_token, budget)
+    return _join([optimize([requests[i] for i in chunk], config=config) for chunk in chunks], budget)
+
+
+def _join(parts: list[TargetVectors], budget: int) -> TargetVectors:
+    """The chunks' results as one (each request's δ and records are its own). A chunk whose requests all stopped
+    early repeats its last record, inactive, as a stopped request's record reads in a longer loop."""
+    history = []
+    for step in range(max(len(part.history) for part in parts)):
+        records = [
+            part.history[step]
+            if step < len(part.history)
+            else replace(part.history[-1], active=torch.zeros_like(part.history[-1].active))
+            for part in parts
+        ]
+        columns = {f.name: torch.cat([getattr(record, f.name) for record in records]) for f in fields(StepRecord)}
+        history.append(StepRecord(**columns))
+
+    def joined(name: str) -> Tensor:
+        return torch.cat([getattr(part, name) for part in parts])
+
+    return TargetVectors(
+        targets=joined("targets"),
+        init=joined("init"),
+        deltas=joined("deltas"),
+        nll=joined("nll"),
+        loss=joined("loss"),
+        steps=joined("steps"),
+        history=history,
+        budget=budget,
+        chunks=tuple(len(part.steps) for part in parts),
+    )
 
 
 def _optimize(

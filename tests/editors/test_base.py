@@ -153,9 +153,14 @@ def test_eval_sample_scores_a_sample_at_each_checkpoint_and_every_case_at_the_en
     assert (results["ES@2"]["n_cases"], results["ES@4"]["n_cases"], results["ES"]["n_cases"]) == (2, 2, 5)
     assert [record["edits"] for record in editor.stream] == [2, 4]
     assert 0 < editor.stream[0]["edit_seconds"] <= editor.stream[1]["edit_seconds"]
-    assert editor.stream[1]["peak_memory_bytes"] >= editor.stream[0]["peak_memory_bytes"] > 0
+    assert editor.stream[1]["host_peak_bytes"] >= editor.stream[0]["host_peak_bytes"] > 0
+    assert {record["host_peak_phase"] for record in editor.stream} <= {"loading", "statistics", "editing", "scoring"}
     (path,) = tmp_path.rglob("results.json")
-    assert json.loads(path.read_text())["stream"] == editor.stream
+    written = json.loads(path.read_text())
+    assert written["stream"] == editor.stream
+    (memory,) = written["memory"]  # one process
+    assert memory["process"] == 0 and memory["host_peak_bytes"] >= editor.stream[1]["host_peak_bytes"]
+    assert memory["host_peak_phase"] in ("loading", "statistics", "editing", "scoring")
 
 
 def test_eval_sample_needs_eval_at():
