@@ -31,8 +31,8 @@ os.environ.setdefault("WANDB_MODE", "offline")
 
 from lightning_edit import tools  # noqa: E402
 from lightning_edit.cli import build_cli  # noqa: E402
-from lightning_edit.data.base import read_records  # noqa: E402
 from lightning_edit.data.caseedit import QUESTIONS  # noqa: E402
+from lightning_edit.data.records import read_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = {

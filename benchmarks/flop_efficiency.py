@@ -61,9 +61,10 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_flops(size: int, device: str, repeats: int = 5) -> float:
-    """The best float32 FLOP/s of ``size × size`` matmuls."""
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+def matmul_flops(size: int, device: str, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """The best FLOP/s of ``size × size`` matmuls in ``dtype``."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
     best = float("inf")
     for _ in range(repeats):
         sync(device)

@@ -31,6 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from flop_efficiency import matmul_flops, sync  # noqa: E402  (the script's folder is on the path)
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
@@ -49,25 +50,6 @@ SHAPES = {  # layers, width, heads, MLP width, vocabulary
     "small": (10, 256, 4, 688, 32000),  # the dry run: the preset's ROME and MEMIT layers (up to 8) exist
 }
 EDITORS = {"ROME": ROME, "MEMIT": MEMIT, "AlphaEdit": AlphaEdit, "UltraEdit": UltraEdit}
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def matmul_flops(size: int, device: str, dtype: torch.dtype, repeats: int = 5) -> float:
-    """The best FLOP/s of ``size × size`` matmuls in ``dtype``."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    best = float("inf")
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        a @ b
-        sync(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
 
 
 def build_model(shape: str, dtype: torch.dtype, device: str, directory: Path) -> None:
@@ -154,7 +136,7 @@ def main() -> None:
         directory = root / f"{args.shape}-{dtype}"
         build_model(args.shape, getattr(torch, dtype), args.device, directory)
         corpus = write_corpus(directory, args.documents, args.document_words)
-        rate = matmul_flops(args.matmul_size, args.device, getattr(torch, dtype))
+        rate = matmul_flops(args.matmul_size, args.device, dtype=getattr(torch, dtype))
         for name in args.editors:  # each editor loads the saved weights anew (page-cached)
             count = args.memit_requests if name == "MEMIT" else args.requests
             requests = [request for case in cases for request in case.requests][:count]

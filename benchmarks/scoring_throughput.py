@@ -14,7 +14,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lightning_edit import tools
-from lightning_edit.data.base import read_records
+from lightning_edit.data.records import read_records
 from lightning_edit.models.loading import ModelSource, load_tokenizer
 from lightning_edit.scoring import score_targets
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lightning_edit import tools
-from lightning_edit.data.base import read_records
+from lightning_edit.data.records import read_records
 from lightning_edit.resources import resolve_path
 from lightning_edit.toy.benchmark_records import bake_records, counterfact_records
 from lightning_edit.toy.world import ToyWorld, load_toy_world

@@ -222,7 +222,8 @@ class EditBatches(Dataset):
     def __init__(self, cases: list[EditCase], batch_size: int):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self.cases, self.batch_size = cases, batch_size
+        self.cases = cases
+        self.batch_size = batch_size
 
     def __len__(self) -> int:
         return -(-len(self.cases) // self.batch_size)

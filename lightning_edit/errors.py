@@ -44,7 +44,9 @@ class DataFormatError(UserError, ValueError):
         if field is not None:
             where += f": field {field!r}"
         super().__init__(f"{where}: {message}")
-        self.path, self.index, self.field = str(path), index, field
+        self.path = str(path)
+        self.index = index
+        self.field = field
 
 
 class Interrupted(UserError):
@@ -55,7 +57,8 @@ class Interrupted(UserError):
 
     def __init__(self, message: str, signum: int = signal.SIGTERM):
         super().__init__(message)
-        self.signum, self.exit_code = signum, 128 + signum
+        self.signum = signum
+        self.exit_code = 128 + signum
 
 
 def require(valid: bool, setting: str, value: Any, meaning: str) -> None:

@@ -102,7 +102,10 @@ class CaseScorer:
         config: ScoringConfig,
         kinds: Mapping[str, ScoreKind] = BUILTIN_KINDS,
     ):
-        self.model, self.tokenizer, self.config, self.kinds = model, tokenizer, config, kinds
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.kinds = kinds
 
     def _prompt(self, prompt: str) -> str:
         return format_prompt(self.tokenizer, prompt, self.config.chat_template)

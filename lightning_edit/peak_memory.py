@@ -4,7 +4,7 @@ A run passes through phases: ``loading`` (everything before the first mark: impo
 ``statistics`` (the key statistics pass), ``editing`` (editor calls: the v*/z optimisation, the solves),
 ``scoring`` (the scoring forwards, generation and judges) and, after a fit, ``exporting``. The protocol marks where
 each begins (:meth:`PeakMemory.enter`); at every mark the peaks of the phase that ends are read: the host's peak
-resident set (``ru_maxrss``, which only grows: a phase that raised it set the peak so far) and each CUDA device's
+resident set (``VmHWM``, which only grows: a phase that raised it set the peak so far) and each CUDA device's
 ``torch.cuda.max_memory_allocated``, whose counter is then reset, so that the next phase's peak is its own. results.json
 reports them under ``memory`` and each ``stream`` checkpoint carries them (docs/metrics.md#memory).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import resource
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,9 +21,16 @@ from torch import nn
 
 
 def host_peak_bytes() -> int:
-    """The process's peak resident set so far, in bytes (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+    """The process's peak resident set so far, in bytes: Linux's ``VmHWM`` (of this program: ``ru_maxrss`` would
+    start from the parent's size when a large process forks it, as Lightning launches its processes), else
+    ``ru_maxrss`` (bytes on macOS)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+    kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
+    return int(kib) * 1024
 
 
 class PeakMemory:

@@ -107,7 +107,8 @@ def _resolve(name: str) -> type | None:
             return getattr(importlib.import_module(module), attribute, None)
         except ImportError:
             return None
-    pending, seen = [LightningModule], set()
+    pending = [LightningModule]
+    seen = set()
     while pending:
         cls = pending.pop()
         if cls.__name__ == name:

@@ -188,7 +188,8 @@ def _yaml(text: str, where: str) -> Any:
         return None
     except RecursionError:
         raise too_deep from None
-    pending, count = [(config, 1)], 0
+    pending = [(config, 1)]
+    count = 0
     while pending:  # every container once per path to it: cycles and aliases of aliases end at the limits
         value, depth = pending.pop()
         count += 1
@@ -241,7 +242,8 @@ class MaskingFilter(logging.Filter):
         message = record.getMessage()
         masked = mask(message)
         if masked != message:
-            record.msg, record.args = masked, None
+            record.msg = masked
+            record.args = None
         return True
 
 

@@ -30,6 +30,7 @@ from lightning_edit.cases import EditCase
 from lightning_edit.data.base import EditDataModule
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.run_metrics import CaseAnswers
+from lightning_edit.editors.stream_health import stream_summary
 from lightning_edit.judges.base import JudgeFailedError
 from lightning_edit.judges.kind import judge_report, reset_judge_stats
 from lightning_edit.redaction import redact
@@ -82,8 +83,10 @@ def answer_rows(cases: list[EditCase], case_answers: CaseAnswers) -> list[list[A
     return rows
 
 
-def retention_figure(results: dict[str, dict[str, Any]], n_edits: int):
-    """Each metric's macro mean against the number of edits applied (``<metric>@<n>`` and the final value)."""
+def retention_figure(results: dict[str, dict[str, Any]], n_edits: int, stream: list[dict[str, Any]]):
+    """Each metric's macro mean against the number of edits applied (``<metric>@<n>`` and the final value); beside
+    it, when the stream recorded them, the held-out perplexity (edited, and unedited dashed) and the total change of
+    the edited weights, ‖ΔW‖ over all of them (docs/metrics.md#stream-health)."""
     curves: dict[str, list[tuple[int, float]]] = {}
     for name, result in results.items():
         base, _, n = name.rpartition("@")
@@ -96,16 +99,40 @@ def retention_figure(results: dict[str, dict[str, Any]], n_edits: int):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(5, 3.5))
+    health = [(record["edits"], stream_summary(record)) for record in stream]
+    panels = [key for key in ("heldout_perplexity", "weight_change") if any(key in summary for _, summary in health)]
+    figure, axes = plt.subplots(1, 1 + len(panels), figsize=(5 * (1 + len(panels)), 3.5), squeeze=False)
+    scores = axes[0][0]
     for base, points in curves.items():
         points = sorted(points + [(n_edits, results[base]["macro"])])
-        axes.plot([n for n, _ in points], [v for _, v in points], marker="o", label=base)
-    axes.set_xlabel("edits applied")
-    axes.set_ylabel("macro mean")
-    axes.set_title("Sequential editing: scores of the edits so far")
-    axes.legend(fontsize="small")
+        scores.plot([n for n, _ in points], [v for _, v in points], marker="o", label=base)
+    scores.set_xlabel("edits applied")
+    scores.set_ylabel("macro mean")
+    scores.set_title("Sequential editing: scores of the edits so far")
+    scores.legend(fontsize="small")
+    labels = {"heldout_perplexity": "held-out perplexity", "weight_change": "‖ΔW‖ of the edited weights"}
+    for panel, key in zip(axes[0][1:], panels):
+        points = [(n, summary[key]) for n, summary in health if key in summary]
+        panel.plot([n for n, _ in points], [v for _, v in points], marker="o")
+        if key == "heldout_perplexity":
+            panel.axhline(stream[0]["heldout"]["perplexity_unedited"], linestyle="--", color="grey", label="unedited")
+            panel.set_yscale("log")
+            panel.legend(fontsize="small")
+        panel.set_xlabel("edits applied")
+        panel.set_title(labels[key])
     figure.tight_layout()
     return figure
+
+
+def stream_table(stream: list[dict[str, Any]]) -> dict[str, list]:
+    """The stream's checkpoints as a table (W&B's ``val/stream``): edits, editing seconds, host peak memory and the
+    health figures."""
+    keys = list(dict.fromkeys(key for record in stream for key in stream_summary(record)))
+    columns = ["edits", "edit_seconds", "host_peak_bytes", *keys]
+    data = [[record["edits"], record["edit_seconds"], record["host_peak_bytes"]] for record in stream]
+    for row, record in zip(data, stream):
+        row += [stream_summary(record).get(key) for key in keys]
+    return {"columns": columns, "data": data}
 
 
 def gather_memory(module: EditorModule, world_size: int) -> list[dict[str, Any]]:
@@ -172,7 +199,7 @@ class RunReport(Callback):
         figures = (
             datamodule.figures(module.results, module.case_scores) if isinstance(datamodule, EditDataModule) else {}
         )
-        retention = retention_figure(module.results, len(cases))
+        retention = retention_figure(module.results, len(cases), module.stream)
         if retention is not None:
             figures["retention"] = retention
         for name, figure in figures.items():
@@ -191,6 +218,8 @@ class RunReport(Callback):
                 if module.case_answers:
                     answers = answer_rows(cases, module.case_answers)
                     logger.log_table(key="val/answers", columns=["case_id", "metric", "prompt", "answer"], data=answers)
+                if module.stream:
+                    logger.log_table(key="val/stream", **stream_table(module.stream))
             if hasattr(logger, "log_image"):
                 for name, figure in figures.items():
                     logger.log_image(key=f"val/{name}", images=[figure])

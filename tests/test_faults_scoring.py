@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from lightning_edit.cli import build_cli, main
-from lightning_edit.editors.locate import context_templates
+from lightning_edit.editors.context_templates import context_templates
 from lightning_edit.errors import ConfigError
 from lightning_edit.evaluation import CaseScorer, NonFiniteLogitsError, ScoringConfig
 from lightning_edit.judges import build_judge

@@ -26,7 +26,8 @@ from safetensors.torch import save_file
 import lightning_edit.data
 import lightning_edit.editors
 from lightning_edit.cli import build_cli, main
-from lightning_edit.data.base import DataFormatError, EditDataModule, read_records
+from lightning_edit.data.base import DataFormatError, EditDataModule
+from lightning_edit.data.records import read_records
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.mend import MENDCheckpointError
 from lightning_edit.errors import ConfigError, UserError, user_error
@@ -69,6 +70,7 @@ LOADERS = {
     "CounterFact": Loader(lightning_edit.data.CounterFact, "builtin:data/counterfact-rome.json", **ROME_FIELDS),
     "CounterFact-flat": Loader(lightning_edit.data.CounterFact, "builtin:data/counterfact-flat.json", **FLAT_FIELDS),
     "ZsRE": Loader(lightning_edit.data.ZsRE, "builtin:data/zsre.json", "src", "subject", "alt"),
+    "QAEdit": Loader(lightning_edit.data.QAEdit, "builtin:data/samples/qaedit.json", "prompt", "subject", "target"),
     "BAKE": Loader(lightning_edit.data.BAKE, "builtin:data/toy/bake_qa.json", **ROME_FIELDS),
     "ScEdit": Loader(
         lightning_edit.data.ScEdit,
@@ -599,7 +601,7 @@ def test_a_known_secret_is_masked_in_log_records_and_printed_text(capsys):
 
 @pytest.mark.parametrize("name", ["MEMIT", "AlphaEdit"])
 def test_memit_templates_start_with_the_reference_seed_words(name):
-    from lightning_edit.editors.locate import WORD_SEED_PROMPTS
+    from lightning_edit.editors.context_templates import WORD_SEED_PROMPTS
 
     editor = construct(name, "--model.sites.memit_layers=[0, 1]")
     templates = editor.context_templates()

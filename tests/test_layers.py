@@ -16,8 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lightning_edit"
 #: (package part, the parts of lightning_edit none of its modules may import); metrics/ has its own test.
 RULES = [
     ("stats", ("editors",)),
-    ("data", ("editors", "toy", "generators")),
-    ("editors", ("data", "judges", "toy", "generators")),  # an editor gets its cases, kinds and pool from the benchmark
+    ("data", ("editors", "toy")),
+    ("editors", ("data", "judges", "toy")),  # an editor gets its cases, kinds and pool from the benchmark
     ("models", ("editors", "data", "scoring", "stats", "toy", "metrics")),
 ]
 #: what data/ may import of judges/: the interface (building a judge, the judged kind, agreement), no judge itself
@@ -103,21 +103,23 @@ def test_cases_are_the_bottom_layer():
 
 
 def test_data_uses_only_the_judge_interface():
+    """A benchmark builds its judges from their names (the interface); its generator, a program, may use one."""
     modules = set(package_imports())
     wrong = {
         module: sorted(
             name for name in names if within(name, "judges") and name in modules and name not in JUDGE_INTERFACE
         )
         for module, names in package_imports().items()
-        if within(module, "data")
+        if within(module, "data") and not module.endswith(".generator")
     }
     assert not {module: names for module, names in wrong.items() if names}
 
 
-def test_no_circular_import():
+@pytest.mark.parametrize("at_import", [True, False], ids=["as imported", "anywhere"])
+def test_no_circular_import(at_import):
     """No module imports, as it is imported, one that imports it back (a package's own submodules excepted: Python
-    imports a package before its submodules)."""
-    imports = package_imports(at_import=True)
+    imports a package before its submodules); nor anywhere, lazy imports inside functions counted too."""
+    imports = package_imports(at_import=at_import)
     graph = {
         module: sorted(name for name in names if name in imports and not module.startswith(name + "."))
         for module, names in imports.items()
@@ -135,6 +137,15 @@ def test_no_circular_import():
     for module in graph:
         if module not in done:
             visit(module, [module])
+
+
+def test_nothing_imports_a_benchmark_generator():
+    """A benchmark's generator (``data/<benchmark>/generator.py``) is a program that writes its files: no loader, nor
+    anything else in the package, imports it (and what it needs: sympy, an LLM client)."""
+    generators = {module for module in package_imports() if module.endswith(".generator")}
+    assert {"lightning_edit.data.ruleedit.generator", "lightning_edit.data.caseedit.generator"} <= generators
+    importers = {module for module, names in package_imports().items() if names & generators}
+    assert importers <= {"lightning_edit.toy.rule_corpus"}  # the toy rule corpus is written from RULE-EDIT's prompts
 
 
 def test_metrics_imports_only_itself():
@@ -185,9 +196,9 @@ def lazy():
 
 
 def test_an_editor_imports_no_benchmark_judge_or_client():
-    """Importing an editor loads no benchmark, no judge and no generator, nor openai. (sympy cannot be checked this
+    """Importing an editor loads no benchmark (nor its generator), no judge, nor openai. (sympy cannot be checked this
     way: ``import lightning`` itself imports it.)"""
-    watched = ("openai", "lightning_edit.judges", "lightning_edit.data", "lightning_edit.generators")
+    watched = ("openai", "lightning_edit.judges", "lightning_edit.data")
     code = f"import sys, lightning_edit.editors.rome; print([m for m in {watched!r} if m in sys.modules])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

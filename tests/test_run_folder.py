@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lightning_edit.cli import build_cli, main
-from lightning_edit.data.base import read_records
+from lightning_edit.data.records import read_records
 from lightning_edit.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

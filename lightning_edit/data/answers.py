@@ -25,7 +25,8 @@ AnswerContext = Literal["bare", "qa_inst", "chat"]
 #: in the chat template)
 CONTEXTS: dict[str, str] = {"bare": "{}", "qa_inst": "Please answer the question:\n\nQ: {}\nA:", "chat": "{}"}
 #: QAEdit's generation: greedy, 50 new tokens at most, stopped at a sentence end or a newline (and EOS)
-MAX_NEW_TOKENS, STOP = 50, (".", "\n")
+MAX_NEW_TOKENS = 50
+STOP = (".", "\n")
 
 
 def answer_kinds(

@@ -31,12 +31,27 @@ from typing import Any, Literal
 
 from lightning_edit.cases import EditCase, PromptGroup
 from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
-from lightning_edit.data.base import EditDataModule, RecordReader, read_records
-from lightning_edit.data.counterfact import rome_request
+from lightning_edit.data.base import EditDataModule
+from lightning_edit.data.counterfact_records import rome_request
+from lightning_edit.data.records import RecordReader, read_records
+from lightning_edit.data.sources import DataSource, SourceFile
 from lightning_edit.errors import ConfigError
 from lightning_edit.scoring.kinds import ScoreKind
 
 log = logging.getLogger(__name__)
+
+_HUB = "https://huggingface.co/datasets/jym7/BAKE"
+_LICENSE = "not stated (github.com/mjy1111/BAKE has no licence file)"
+#: the two files of the Hugging Face dataset jym7/BAKE, one per variant
+BAKE_QA = DataSource(
+    "bake-qa", (SourceFile("BAKE_qa.json", f"{_HUB}/resolve/main/BAKE_qa.json", hf_repo="jym7/BAKE"),), _LICENSE, _HUB
+)
+BAKE_JUDGE = DataSource(
+    "bake-judge",
+    (SourceFile("BAKE_judge.json", f"{_HUB}/resolve/main/BAKE_judge.json", hf_repo="jym7/BAKE"),),
+    _LICENSE,
+    _HUB,
+)
 
 # Judgment prompts of the paper's code per model family; {} is the statement (docs/benchmarks.md#bake). "record"
 # uses the record's reverse_judge.prompt as it is (the code's setting for GPT-2 XL). "llama-2" joins its
@@ -66,7 +81,8 @@ class BAKE(EditDataModule):
     BAKE-Q&J, ``reverse_qa`` (RQS) with ``reverse_qa_new``/``reverse_qa_true`` (the log-probability analysis).
 
     Args:
-        path: the BAKE JSON file.
+        path: the BAKE JSON file (or ``bake``: the published file of ``variant``, downloaded once; ``bake-qa`` and
+            ``bake-judge`` name each).
         variant: ``qa`` scores reverse QA and judgment; ``judge`` judgment only (a record's ``reverse_qa`` block is
             then ignored, as the paper's code does, with a logged note).
         convention: ``probability`` (the paper) or ``token_accuracy`` (the 2025 EasyEdit-based code).
@@ -86,6 +102,8 @@ class BAKE(EditDataModule):
         **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
+    sources = (BAKE_QA, BAKE_JUDGE)
+
     def __init__(
         self,
         path: str,
@@ -102,7 +120,9 @@ class BAKE(EditDataModule):
         self.generated_answers = generated_answers
         self.answer_kinds = answer_kinds(generated_answers, answer_judge)
         self.answer_judge = answer_judge
-        self.variant, self.convention, self.pre_edit_filter = variant, convention, pre_edit_filter
+        self.variant = variant
+        self.convention = convention
+        self.pre_edit_filter = pre_edit_filter
         template = JUDGE_TEMPLATES.get(judge_template, judge_template)
         if template and template.count("{}") != 1:
             raise ConfigError(
@@ -154,7 +174,8 @@ class BAKE(EditDataModule):
 
     def _case(self, reader: RecordReader) -> EditCase:
         request = rome_request(reader, _BAKE_KEYS)
-        new, true = request.target_new, request.target_true
+        new = request.target_new
+        true = request.target_true
         probability = self.convention == "probability"
         success = "prob" if probability else "token_acc"
         metrics = {
@@ -179,7 +200,8 @@ class BAKE(EditDataModule):
         statement = None
         if self.variant == "qa":
             prompt = reader.string("reverse_qa.prompt")
-            qa_new, qa_true = reader.answer("reverse_qa.target_new"), reader.answer("reverse_qa.target_true")
+            qa_new = reader.answer("reverse_qa.target_new")
+            qa_true = reader.answer("reverse_qa.target_true")
             filtered = self.pre_edit_filter
             field = "reverse_qa.prompt"
             groups["reverse_qa"] = PromptGroup.shared_answer(

@@ -44,7 +44,9 @@ class EpochOrder(Sampler[int]):
     """A seeded permutation per epoch (``set_epoch``, called by Lightning), optionally resumed after ``skip`` items."""
 
     def __init__(self, size: int, seed: int):
-        self.size, self.seed, self.epoch = size, seed, 0
+        self.size = size
+        self.seed = seed
+        self.epoch = 0
         self.resume: tuple[int, int] | None = None  # (epoch, items already consumed in it)
 
     def set_epoch(self, epoch: int) -> None:
@@ -94,9 +96,15 @@ class EditTraining(LightningDataModule):
         if source not in _GROUPS:
             raise ValueError(f"source must be one of {sorted(_GROUPS)}, got {source!r}")
         self.save_hyperparameters()
-        self.source, self.train_path, self.val_path = source, train_path, val_path
-        self.val_size, self.limit, self.seed = val_size, limit, seed
-        self.batch_size, self.val_batch_size, self.n_locality = batch_size, val_batch_size, n_locality
+        self.source = source
+        self.train_path = train_path
+        self.val_path = val_path
+        self.val_size = val_size
+        self.limit = limit
+        self.seed = seed
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size
+        self.n_locality = n_locality
         self.train_edits: list[TrainingEdit] = []
         self.cases: list[EditCase] = []  # validation cases
         self.skipped: list[dict[str, Any]] = []

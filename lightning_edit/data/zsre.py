@@ -22,10 +22,19 @@ from typing import Any, Literal
 
 from lightning_edit.cases import EditCase, EditRequest, PromptGroup
 from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
-from lightning_edit.data.base import EditDataModule, RecordReader, read_records
+from lightning_edit.data.base import EditDataModule
+from lightning_edit.data.records import RecordReader, read_records
+from lightning_edit.data.sources import DataSource, SourceFile
 from lightning_edit.errors import ConfigError
 from lightning_edit.scoring.kinds import ScoreKind
 
+#: the MEND evaluation split as ROME publishes it
+ZSRE = DataSource(
+    "zsre",
+    (SourceFile("zsre_mend_eval.json", "https://rome.baulab.info/data/dsets/zsre_mend_eval.json"),),
+    "not stated for the data (the ROME code, github.com/kmeng01/rome, is MIT)",
+    "https://rome.baulab.info/",
+)
 _USED_KEYS = {"case_id", "subject", "src", "rephrase", "alt", "answers", "loc", "loc_ans"}
 
 
@@ -41,7 +50,7 @@ class ZsRE(EditDataModule):
     ``neighborhood`` (neighborhood_acc, ROME).
 
     Args:
-        path: the zsRE JSON file in the MEND format.
+        path: the zsRE JSON file in the MEND format (or ``zsre``: the evaluation split ROME publishes, downloaded once).
         edit_target: the edit target. "alt" edits towards ``alt`` as EasyEdit and MEND do (true answer ``answers[0]``;
             records with an empty ``alt`` are skipped and reported); "answers0" edits towards ``answers[0]`` as
             ROME and MEMIT do (true answer unknown).
@@ -54,6 +63,8 @@ class ZsRE(EditDataModule):
         **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
+    sources = (ZSRE,)
+
     def __init__(
         self,
         path: str,
@@ -65,7 +76,8 @@ class ZsRE(EditDataModule):
         if edit_target not in ("alt", "answers0"):
             raise ConfigError(f"data.edit_target={edit_target!r}: one of alt, answers0")
         super().__init__(path, **kwargs)
-        self.edit_target, self.generated_answers = edit_target, generated_answers
+        self.edit_target = edit_target
+        self.generated_answers = generated_answers
         self.answer_kinds = answer_kinds(generated_answers, answer_judge)
         self.answer_judge = answer_judge
 
@@ -99,17 +111,23 @@ class ZsRE(EditDataModule):
         return answer_metrics(self.answer_kinds, group, locality=group == "locality")
 
     def _case(self, reader: RecordReader) -> EditCase | None:
-        subject, question = reader.string("subject"), reader.string("src")
+        subject = reader.string("subject")
+        question = reader.string("src")
         template = reader.template("src", subject)
-        rephrase, alt, answers = reader.string("rephrase"), reader.string("alt"), reader.strings("answers")
-        loc, loc_answer = reader.string("loc"), reader.string("loc_ans")
+        rephrase = reader.string("rephrase")
+        alt = reader.string("alt")
+        answers = reader.strings("answers")
+        loc = reader.string("loc")
+        loc_answer = reader.string("loc_ans")
         case_id = reader.get("case_id", int, default=reader.index)
         if not answers:
             raise reader.error("answers", "expected at least one answer, found an empty list")
         if self.edit_target == "answers0":
-            new, true = answers[0], None
+            new = answers[0]
+            true = None
         elif alt.strip():
-            new, true = alt, answers[0]
+            new = alt
+            true = answers[0]
         else:
             self.skip(reader.index, 'empty "alt": no edit target with edit_target="alt"')
             return None

@@ -28,7 +28,9 @@ class AdapterSite:
     """The module ``module_name`` of ``model`` and the adapter an editor keeps on it under ``attribute``."""
 
     def __init__(self, model: nn.Module, module_name: str, attribute: str):
-        self.model, self.module_name, self.attribute = model, module_name, attribute
+        self.model = model
+        self.module_name = module_name
+        self.attribute = attribute
         self._handle: RemovableHandle | None = None
 
     @property
@@ -80,7 +82,9 @@ class AdapterUndo:
     """
 
     def __init__(self, site: AdapterSite, names: list[str], saved: Adapter | None):
-        self.site, self.names, self._saved = site, names, saved
+        self.site = site
+        self.names = names
+        self._saved = saved
 
     def restore(self) -> None:
         self.site.remove()

@@ -35,7 +35,8 @@ class AlphaEdit(MEMIT):
 
     def __init__(self, *args, nullspace_threshold: float = 2e-2, l2: float = 10.0, **kwargs):
         super().__init__(*args, **kwargs)
-        self.nullspace_threshold, self.l2 = nullspace_threshold, l2
+        self.nullspace_threshold = nullspace_threshold
+        self.l2 = l2
         self._bases: dict[int, Tensor] = {}
         self._edited_keys: dict[int, EditedKeyCache] = {}
 
@@ -44,7 +45,8 @@ class AlphaEdit(MEMIT):
         if not self._bases:
             moments = self.stats.second_moments(self.model, self.tokenizer, self.layers, self.shows_progress)
             for layer in self.layers:
-                threshold, cache = self.nullspace_threshold, self.stats.cache_dir
+                threshold = self.nullspace_threshold
+                cache = self.stats.cache_dir
                 U = load_or_compute_projector(moments[layer], threshold, cache_dir=cache, compute=nullspace_projector)
                 self._bases[layer] = U
                 self._edited_keys[layer] = EditedKeyCache(U.shape[0])

@@ -24,6 +24,7 @@ from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContext
 from lightning_edit.editors.protocols import ProtocolRunner, Undo
 from lightning_edit.editors.run_metrics import CaseAnswers, RunMetrics
+from lightning_edit.editors.stream_health import StreamHealth
 from lightning_edit.errors import ConfigError
 from lightning_edit.evaluation import Reference, ScoringConfig
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
@@ -61,6 +62,9 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
             edits are low rank (:meth:`low_rank_edits`: ROME, MEMIT, AlphaEdit): one batched optimisation, then one
             scoring pass where each case's rows see its own update. False: one case at a time, written and undone
             (the reference path; same per-case metrics).
+        stream_health: sequential protocol with ``eval_at``: what each checkpoint measures beside the scores, the
+            edited model's perplexity on held-out text and the norms of the edited weights (docs/metrics.md#stream-
+            health); each can be turned off.
     """
 
     #: False for methods that never change weights (the baseline, in-context editors): cases are then scored together.
@@ -82,6 +86,7 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         output_dir: str | None = None,
         in_context: InContext | None = None,
         batched_single: bool = True,
+        stream_health: StreamHealth | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -100,7 +105,9 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
             )
         self.model, self.tokenizer = load_model_and_tokenizer(lm)
         self.model.requires_grad_(False)
-        self.protocol, self.edit_batch_size, self.eval_at = protocol, edit_batch_size, sorted(eval_at or [])
+        self.protocol = protocol
+        self.edit_batch_size = edit_batch_size
+        self.eval_at = sorted(eval_at or [])
         self.eval_sample = eval_sample
         self.stream: list[dict[str, Any]] = []  # one record per eval_at checkpoint: edits, seconds, peak memory
         self.peak_memory = PeakMemory()  # the run's peaks and their phases (results.json's memory)
@@ -108,6 +115,7 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         self.output_dir = output_dir
         self.in_context = in_context
         self.batched_single = batched_single
+        self.stream_health = stream_health or StreamHealth()
         self._contexts: dict[int, str] = {}  # case id -> in-context text, built before any edit
         self.metrics = nn.ModuleDict()  # created in setup from the benchmark's declared metrics
         self.metric_kinds: dict[str, str] = {}

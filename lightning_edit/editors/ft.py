@@ -68,9 +68,13 @@ class FT(EditorModule):
         super().__init__(lm, **kwargs)
         self.sites = sites or EditSites()
         self.arch = resolve_architecture(self.model)
-        self.objective, self.norm_constraint = objective, norm_constraint
-        self.num_steps, self.lr, self.weight_decay = num_steps, lr, weight_decay
-        self.step_batch_size, self.early_stop_loss = step_batch_size, early_stop_loss
+        self.objective = objective
+        self.norm_constraint = norm_constraint
+        self.num_steps = num_steps
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.step_batch_size = step_batch_size
+        self.early_stop_loss = early_stop_loss
         modules = [self.arch.layer_name(self.arch.spec.mlp_out, layer) for layer in self.sites.ft_layers]
         parameters = dict(self.model.named_parameters())
         self.parameter_names = [f"{m}.{p}" for m in modules for p in ("weight", "bias") if f"{m}.{p}" in parameters]

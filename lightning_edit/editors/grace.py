@@ -66,7 +66,8 @@ def nearest_entries(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     and its screened one within 4s of the least screened value: every key that close is a candidate.
     """
     flat, keys = queries.reshape(-1, queries.shape[-1]).float(), keys.float()
-    query_norms, key_norms = flat.square().sum(-1, keepdim=True), keys.square().sum(-1)
+    query_norms = flat.square().sum(-1, keepdim=True)
+    key_norms = keys.square().sum(-1)
     screened = query_norms + key_norms - 2 * flat @ keys.T  # (M, N) squared distances, rounded
     slack = screen_slack(flat.shape[-1], query_norms + key_norms.max())
     rows, cols = (screened <= screened.min(dim=-1, keepdim=True).values + 4 * slack).nonzero(as_tuple=True)
@@ -176,7 +177,9 @@ class GraceUndo:
     an undo draws the same values (an :class:`~.base.Undo`)."""
 
     def __init__(self, codebook: AdapterUndo, generator: torch.Generator):
-        self.codebook, self.generator, self.state = codebook, generator, generator.get_state()
+        self.codebook = codebook
+        self.generator = generator
+        self.state = generator.get_state()
         self.names = codebook.names
 
     def restore(self) -> None:
@@ -225,9 +228,14 @@ class GRACE(EditorModule):
         require(edit_lr > 0, "edit_lr", edit_lr, "a learning rate, > 0")
         require(n_iter >= 1, "n_iter", n_iter, "optimiser steps per edit, at least 1")
         super().__init__(lm, **kwargs)
-        self.layer, self.role = layer, module
-        self.eps, self.edit_lr, self.n_iter = eps, edit_lr, n_iter
-        self.value_init, self.update, self.seed = value_init, update, seed
+        self.layer = layer
+        self.role = module
+        self.eps = eps
+        self.edit_lr = edit_lr
+        self.n_iter = n_iter
+        self.value_init = value_init
+        self.update = update
+        self.seed = seed
         self.arch = resolve_architecture(self.model)
         self.module_name = adapter_module(self.arch, module, layer)
         self.site = AdapterSite(self.model, self.module_name, ADAPTER_NAME)
@@ -299,7 +307,8 @@ class GRACE(EditorModule):
         nearest = -1
         if len(adapter):
             index, distance_tensor = nearest_entries(query, adapter.keys)
-            nearest, distance = int(index), float(distance_tensor)
+            nearest = int(index)
+            distance = float(distance_tensor)
             radius = float(adapter.radii[nearest])
         same = nearest >= 0 and adapter.labels[nearest] == label
         action, nearest_radius, radius_new = codebook_update(distance, radius, same, self.eps)

@@ -99,13 +99,19 @@ def chunk_requests(shapes: Sequence[tuple[int, int]], bytes_per_token: float, bu
         budget: bytes one chunk may use; a request is always a chunk of its own at least.
     """
     chunks: list[range] = []
-    start, rows, length = 0, 0, 0
+    start = 0
+    rows = 0
+    length = 0
     for i, (request_rows, request_length) in enumerate(shapes):
-        grown_rows, grown_length = rows + request_rows, max(length, request_length)
+        grown_rows = rows + request_rows
+        grown_length = max(length, request_length)
         if i > start and bytes_per_token * grown_rows * grown_length > budget:
             chunks.append(range(start, i))
-            start, grown_rows, grown_length = i, request_rows, request_length
-        rows, length = grown_rows, grown_length
+            start = i
+            grown_rows = request_rows
+            grown_length = request_length
+        rows = grown_rows
+        length = grown_length
     chunks.append(range(start, len(shapes)))
     return chunks
 

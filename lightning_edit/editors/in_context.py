@@ -133,7 +133,8 @@ def tfidf_similarities(queries: list[str], documents: list[str]) -> torch.Tensor
     idf = {word: math.log(len(documents) / df) + 1 for word, df in frequency.items()}
 
     def vectors(texts_counts: list[Counter]) -> torch.Tensor:
-        indices, values = [[], []], []
+        indices = [[], []]
+        values = []
         for row, count in enumerate(texts_counts):
             for word, n in count.items():
                 if word in vocabulary:
@@ -165,7 +166,9 @@ class InContextPrompts:
         tokenizer: PreTrainedTokenizerBase,
         pool_cases: Sequence[EditCase] = (),
     ):
-        self.config, self.model, self.tokenizer = config, model, tokenizer
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
         self.pool: list[tuple[tuple[str, str], str]] = []  # ((subject, prompt template), demonstration)
         if config.demonstrations:
             self.pool = [(_about(case.requests[0]), text) for case in pool_cases for text in demonstrations_of(case)]
@@ -184,7 +187,8 @@ class InContextPrompts:
         texts = [text for _, text in self.pool]
         if self.config.retriever == "lexical":
             return tfidf_similarities(queries, texts)
-        model, tokenizer = self.model, self.tokenizer
+        model = self.model
+        tokenizer = self.tokenizer
         if self.config.retriever == "encoder":
             model, tokenizer = self._encoder()
         if self._pool_embeddings is None:

@@ -95,10 +95,16 @@ class LoRA(EditorModule):
         self.sites = sites or EditSites()
         self.arch = resolve_architecture(self.model)
         self.target_modules = list(target_modules or ["attn_q", "attn_v"])
-        self.rank, self.alpha = rank, alpha
-        self.num_steps, self.lr, self.weight_decay = num_steps, lr, weight_decay
-        self.step_batch_size, self.early_stop_loss = step_batch_size, early_stop_loss
-        self.sequential_adapters, self.export_format, self.init_seed = sequential_adapters, export, init_seed
+        self.rank = rank
+        self.alpha = alpha
+        self.num_steps = num_steps
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.step_batch_size = step_batch_size
+        self.early_stop_loss = early_stop_loss
+        self.sequential_adapters = sequential_adapters
+        self.export_format = export
+        self.init_seed = init_seed
         layers = range(self.arch.num_layers) if self.sites.lora_layers is None else self.sites.lora_layers
         names = [
             self.arch.layer_name(template, layer)

@@ -14,68 +14,37 @@ from __future__ import annotations
 from torch import Tensor
 
 from lightning_edit.cases import EditRequest
-from lightning_edit.editors.base import EditorModule
-from lightning_edit.editors.locate import (
-    DEFAULT_FACT_TOKEN,
+from lightning_edit.editors.context_templates import (
     MEMIT_TEMPLATE_LENGTHS,
     WORD_SEED_PROMPTS,
-    ContextTemplateCache,
-    EditSites,
-    FactToken,
     bare_and_prefixed,
-    compute_keys,
-    fact_token_activations,
 )
-from lightning_edit.editors.solvers import CovarianceFactor, UpdateFilter, memit_factors, memit_layer_residual
-from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
-from lightning_edit.models.loading import ModelSource
+from lightning_edit.editors.locate import compute_keys, fact_token_activations
+from lightning_edit.editors.locate_then_edit import LocateThenEdit
+from lightning_edit.editors.solvers import CovarianceFactor, memit_factors, memit_layer_residual
+from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.models.placement import add_to_weight, whole
-from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
+from lightning_edit.models.registry import from_linear, to_linear
 from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
-from lightning_edit.stats.config import KeyStatistics
 
 
-class MEMIT(EditorModule):
-    """Mass-Editing Memory in a Transformer.
+class MEMIT(LocateThenEdit):
+    """Mass-Editing Memory in a Transformer: ``sites.memit_layers`` with λ = ``sites.mom2_update_weight`` (set by the
+    model preset).
 
     Args:
-        lm: the causal language model to edit.
-        sites: where to edit: ``sites.memit_layers`` and λ = ``sites.mom2_update_weight`` (set by the model preset).
-        fact_token: where keys are read and δ injected.
-        stats: the corpus of the key statistics.
-        target: the z optimisation hyper-parameters (MEMIT: clamp_norm_factor 0.75).
-        template_lengths: context templates as (total tokens, count) pairs (MEMIT: [[10, 5]]).
-        template_seed: seed of the context-template generation.
-        update_filter: what to write instead of each ΔW (RECT: its largest relative changes); None: ΔW.
-        **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (see EditorModule).
+        *args, **kwargs: lm, sites, fact_token, stats, target (MEMIT: clamp_norm_factor 0.75), template_lengths
+            (MEMIT: [[10, 5]]), template_seed, update_filter (:class:`LocateThenEdit`) and the EditorModule
+            arguments.
     """
 
-    locates_subject = True  # keys are read at the subject (fact_token)
-    edits_split_models = True  # it reads weights whole and writes them where they are (docs/sharding.md)
+    default_target = TargetOptimization(clamp_norm_factor=0.75)
+    default_template_lengths = MEMIT_TEMPLATE_LENGTHS
 
-    def __init__(
-        self,
-        lm: ModelSource,
-        sites: EditSites | None = None,
-        fact_token: FactToken = DEFAULT_FACT_TOKEN,
-        stats: KeyStatistics | None = None,
-        target: TargetOptimization | None = None,
-        template_lengths: list[tuple[int, int]] | None = None,
-        template_seed: int = 0,
-        update_filter: UpdateFilter | None = None,
-        **kwargs,
-    ):
-        super().__init__(lm, **kwargs)
-        self.arch = resolve_architecture(self.model)
-        self.sites = sites or EditSites()
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.layers = sorted(self.sites.memit_layers)
-        self.fact_token, self.mom2_update_weight = fact_token, self.sites.mom2_update_weight
-        self.stats = stats or KeyStatistics()
-        self.target = target or TargetOptimization(clamp_norm_factor=0.75)
-        self.template_lengths = tuple(map(tuple, template_lengths or MEMIT_TEMPLATE_LENGTHS))
-        self.template_seed = template_seed
-        self.update_filter = update_filter
-        self.templates = ContextTemplateCache()
+        self.mom2_update_weight = self.sites.mom2_update_weight
         self._covariances: dict[int, CovarianceFactor] = {}
         self.weight_names = [f"{self.arch.layer_name(self.arch.spec.mlp_out, layer)}.weight" for layer in self.layers]
 
@@ -95,13 +64,10 @@ class MEMIT(EditorModule):
         """ΔW_l = U Vᵀ (d_out, d_in) for keys K (d_in, n) and residuals R (d_out, n)."""
         return memit_factors(self._covariances[layer], K, R, self.mom2_update_weight)
 
-    def written_update(self, delta: Tensor, W: Tensor) -> Tensor:
-        """What is written for ΔW (d_out, d_in) on W (d_out, d_in): ΔW, or what ``update_filter`` makes of it."""
-        return delta if self.update_filter is None else self.update_filter(delta, W)
-
     def context_templates(self) -> list[str]:
         """``["{}", "<text>. {}", ...]``, the texts sampled from "The", "Therefore", "Because", "I", "You" in turn, as
-        the reference code does (:data:`~lightning_edit.editors.locate.WORD_SEED_PROMPTS`); generated once."""
+        the reference code does (:data:`~lightning_edit.editors.context_templates.WORD_SEED_PROMPTS`); generated
+        once."""
         return self.templates.get(
             self.model, self.tokenizer, self.template_lengths, self.template_seed, WORD_SEED_PROMPTS
         )
@@ -149,10 +115,7 @@ class MEMIT(EditorModule):
         flat = self.context_templates()
         templates = bare_and_prefixed(flat)  # k̄ = ½·k(bare) + ½·mean(k(prefixed)) (docs/methods.md#keys)
         last = self.layers[-1]
-        vectors = optimize_target_vectors(
-            self.model, self.tokenizer, requests, last, self.arch.spec.blocks, flat, self.target, self.fact_token
-        )
-        self.peak_memory.note_budget(vectors.budget)
+        vectors = self.target_vectors(requests, last, self.arch.spec.blocks, flat)
         Z = vectors.targets.double().T  # (d, n)
         owner_of = owners if owners is not None else [0] * len(requests)
         for i, layer in enumerate(self.layers):

@@ -39,6 +39,7 @@ from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.gradients import EditBatch, encode_edits, inputs_and_output_gradients, target_nll
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.mend_network import Factors, MENDNetwork
+from lightning_edit.editors.stream_health import StreamHealth
 from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.errors import ConfigError, UserError, refused_weights
 from lightning_edit.evaluation import ScoringConfig
@@ -51,7 +52,9 @@ NETWORK_SETTINGS = ("rank", "n_layers", "norm", "shared")
 _PROBES = 8  # weight entries recorded per edited weight to recognise the base model
 # A fit checkpoint's hyper-parameters hold these plain config dataclasses: allow them in ``weights_only`` loads, which
 # Lightning uses to resume a fit (``--ckpt_path``) and :func:`read_hypernetwork` to read a checkpoint.
-torch.serialization.add_safe_globals([AttributeDict, EditSites, ModelSource, ScoringConfig, TargetOptimization])
+torch.serialization.add_safe_globals(
+    [AttributeDict, EditSites, ModelSource, ScoringConfig, StreamHealth, TargetOptimization]
+)
 
 
 class MENDCheckpointError(UserError, ValueError):
@@ -115,8 +118,13 @@ class MEND(EditorModule):
         self.inner_params = inner_params or self._default_inner_params(sites or EditSites())
         self.modules_of = {name: self._inner_module(name) for name in self.inner_params}
         self.layouts = {name: weight_layout(self.model.get_submodule(m)) for name, m in self.modules_of.items()}
-        self.lr_scale, self.lr, self.lr_lr, self.c_edit, self.c_loc = lr_scale, lr, lr_lr, c_edit, c_loc
-        self.accumulate, self.grad_clip = accumulate, grad_clip
+        self.lr_scale = lr_scale
+        self.lr = lr
+        self.lr_lr = lr_lr
+        self.c_edit = c_edit
+        self.c_loc = c_loc
+        self.accumulate = accumulate
+        self.grad_clip = grad_clip
         settings = dict(rank=rank, n_layers=n_layers, norm=norm, shared=shared)
         state = None
         if ckpt_path is not None:
@@ -315,7 +323,8 @@ class MEND(EditorModule):
 
     def check_compatible(self, meta: dict[str, Any], source: str | Path) -> None:
         """Raise :class:`MENDCheckpointError` unless the checkpoint belongs to this base model and these weights."""
-        trained_for, loaded = meta["base_model"], self.fingerprint()
+        trained_for = meta["base_model"]
+        loaded = self.fingerprint()
         differences = [
             f"{key} {trained_for[key]} != {loaded[key]}"
             for key in ("model_type", "num_layers", "hidden_size", "mlp_hidden_size", "vocab_size")

@@ -66,7 +66,8 @@ class RunningNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.count < 2:
             return x
-        mean, std = self.mean.to(x.dtype), self.var.sqrt().to(x.dtype)
+        mean = self.mean.to(x.dtype)
+        std = self.var.sqrt().to(x.dtype)
         return (x - mean) / (std + self.eps)
 
 
@@ -101,7 +102,8 @@ class GradientTransform(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, rank: int, n_layers: int = 2, n_modes: int = 1, norm: bool = True):
         super().__init__()
-        self.d_in, self.d_out = d_in, d_out
+        self.d_in = d_in
+        self.d_out = d_out
         dim = d_in + d_out
         self.norm = RunningNorm(dim) if norm else None
         self.layers = nn.ModuleList(ResidualLowRank(dim, min(rank, dim), n_modes) for _ in range(n_layers))

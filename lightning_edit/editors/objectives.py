@@ -50,7 +50,8 @@ def target_new_loss(logits: Tensor, labels: Tensor) -> Tensor:
         logits: (n, L, V) logits of ``prompt + " " + target``.
         labels: (n, L) the token ids at target positions and :data:`IGNORE` elsewhere (prompt, padding).
     """
-    shifted, predicted = labels[:, 1:], logits[:, :-1]  # position i predicts token i + 1
+    shifted = labels[:, 1:]
+    predicted = logits[:, :-1]  # position i predicts token i + 1
     mask = shifted != IGNORE
     log_probs = predicted.log_softmax(-1).gather(2, shifted.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     log_probs = log_probs * mask

@@ -59,9 +59,11 @@ from tqdm.auto import tqdm
 from lightning_edit.cases import EditCase, EditRequest, case_error, loader_cases
 from lightning_edit.editors.in_context import InContextPrompts
 from lightning_edit.editors.placement import ModelPlacement
+from lightning_edit.editors.stream_health import StreamHealth, heldout_nll, heldout_record, weight_norms
 from lightning_edit.errors import ConfigError, Interrupted
 from lightning_edit.evaluation import Answers, CaseScorer
 from lightning_edit.models.sharding import broadcast_shards
+from lightning_edit.models.snapshot import WeightSnapshot
 from lightning_edit.models.tokenization import encode_prompt_targets
 from lightning_edit.stopping import in_step, stop_agreed, stop_requested
 
@@ -161,7 +163,8 @@ class ProtocolRunner(ModelPlacement):
     def _leave_out_requests(self, cases: list[EditCase]) -> None:
         """List the requests of ``cases`` the editor cannot edit (:meth:`cannot_edit`) in :attr:`skipped_requests`
         (results.json's ``counts``); :meth:`_editable` then leaves them out."""
-        self._left_out, self.skipped_requests = {}, []
+        self._left_out = {}
+        self.skipped_requests = []
         for case in cases:
             reasons = [self.cannot_edit(request) for request in case.requests]
             if any(reasons):
@@ -242,11 +245,19 @@ class ProtocolRunner(ModelPlacement):
             reference = scorer.reference(local)
             scores = scorer.score_unedited(local, reference, self.scoring.pre_edit, answers)
         self._update_metrics(scores, answers=answers)
+        health = self.stream_health if self.eval_at else StreamHealth(perplexity=False, weight_norms=False)
+        windows = health.windows(self.tokenizer, max_positions(self.model)) if health.perplexity else []
+        if windows:
+            with self.lockstep():
+                unedited = heldout_nll(self.model, windows)
         before = set(self.model.state_dict())
+        start_parameters = {key for name, parameter in self.model.named_parameters() for key in (name, id(parameter))}
         undo = self.prepare_undo(self._requests(cases))
         self._sequential = (undo, reference)
         positions = {case.case_id: position for position, case in enumerate(cases)}
-        previous, start, scoring_seconds = 0, time.perf_counter(), 0.0
+        previous = 0
+        start = time.perf_counter()
+        scoring_seconds = 0.0
         self.stream = []
         for applied in self._apply_in_order(cases, "sequential edits"):
             for n in self.eval_at:
@@ -256,6 +267,13 @@ class ProtocolRunner(ModelPlacement):
                     self.stream.append({"edits": applied, "edit_seconds": edit_seconds, **memory})
                     self._share_edited_state(undo, before)
                     self.peak_memory.enter("scoring", self.model)
+                    if windows:
+                        with self.lockstep():
+                            nll = heldout_nll(self.model, windows)
+                        self.stream[-1]["heldout"] = heldout_record(nll, unedited, sum(map(len, windows)))
+                    if health.weight_norms:
+                        start_weights = undo if isinstance(undo, WeightSnapshot) else None
+                        self.stream[-1]["weights"] = weight_norms(self.model, start_weights, start_parameters)
                     scored = set(checkpoint_sample(n, self.eval_sample, len(cases)))
                     prefix = [case for case in local if positions[case.case_id] in scored]
                     answers = {}
@@ -357,7 +375,8 @@ class ProtocolRunner(ModelPlacement):
         batch = self._editable(batch)
         if not batch:
             return
-        scorer, mine = self._scorer(), self.scored_here(batch)  # every case edited, ``mine`` scored here
+        scorer = self._scorer()
+        mine = self.scored_here(batch)  # every case edited, ``mine`` scored here
         here = {case.case_id for case in mine}
         answers: Answers = {}
         self.peak_memory.enter("scoring", self.model)

@@ -16,72 +16,37 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
-
 from lightning_edit.cases import EditRequest
-from lightning_edit.editors.base import EditorModule
-from lightning_edit.editors.locate import (
-    DEFAULT_FACT_TOKEN,
-    ROME_TEMPLATE_LENGTHS,
-    ContextTemplateCache,
-    EditSites,
-    FactToken,
-    compute_keys,
-)
-from lightning_edit.editors.solvers import CovarianceFactor, UpdateFilter, rome_factors
-from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
-from lightning_edit.models.loading import ModelSource
+from lightning_edit.editors.locate import compute_keys
+from lightning_edit.editors.locate_then_edit import LocateThenEdit
+from lightning_edit.editors.solvers import CovarianceFactor, rome_factors
 from lightning_edit.models.placement import add_to_weight, whole
-from lightning_edit.models.registry import from_linear, resolve_architecture, to_linear
+from lightning_edit.models.registry import from_linear, to_linear
 from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
-from lightning_edit.stats.config import KeyStatistics
 
 
-class ROME(EditorModule):
-    """Rank-One Model Editing of one MLP output projection.
+class ROME(LocateThenEdit):
+    """Rank-One Model Editing of one MLP output projection, ``sites.rome_layer`` (set by the model preset).
 
     Args:
-        lm: the causal language model to edit.
-        sites: where to edit; ROME edits ``sites.rome_layer`` (set by the model preset).
-        fact_token: where keys are read and δ injected (``subject_last`` in every reference config).
-        mom2_adjustment: use the key statistics C (paper: true; EasyEdit's configs: false, i.e. C = I).
+        mom2_adjustment: use the key statistics C (paper: true; EasyEdit's configs: false, i.e. C = I); ``stats``
+            names their corpus.
         key: ``original`` (k̄ direction, k₀ constraint), or r-ROME's consistent ``prompt`` or ``prefix`` key.
-        stats: the corpus of the key statistics (needed with ``mom2_adjustment``).
-        target: the v* optimisation hyper-parameters (ROME defaults).
-        template_lengths: context templates as (total tokens, count) pairs (ROME: [[5, 10], [10, 10]]).
-        template_seed: seed of the context-template generation.
-        update_filter: what to write instead of each ΔW (RECT: its largest relative changes); None: ΔW.
-        **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (see EditorModule).
+        *args, **kwargs: lm, sites, fact_token, stats, target (ROME's defaults), template_lengths (ROME: [[5, 10],
+            [10, 10]]), template_seed, update_filter (:class:`LocateThenEdit`) and the EditorModule arguments.
     """
-
-    locates_subject = True  # keys are read at the subject (fact_token)
-    edits_split_models = True  # it reads weights whole and writes them where they are (docs/sharding.md)
 
     def __init__(
         self,
-        lm: ModelSource,
-        sites: EditSites | None = None,
-        fact_token: FactToken = DEFAULT_FACT_TOKEN,
+        *args,
         mom2_adjustment: bool = True,
         key: Literal["original", "prompt", "prefix"] = "original",
-        stats: KeyStatistics | None = None,
-        target: TargetOptimization | None = None,
-        template_lengths: list[tuple[int, int]] | None = None,
-        template_seed: int = 0,
-        update_filter: UpdateFilter | None = None,
         **kwargs,
     ):
-        super().__init__(lm, **kwargs)
-        self.sites = sites or EditSites()
+        super().__init__(*args, **kwargs)
         self.layer = self.sites.rome_layer
-        self.fact_token, self.mom2_adjustment, self.key = fact_token, mom2_adjustment, key
-        self.stats = stats or KeyStatistics()
-        self.target = target or TargetOptimization()
-        self.template_lengths = tuple(map(tuple, template_lengths or ROME_TEMPLATE_LENGTHS))
-        self.template_seed = template_seed
-        self.update_filter = update_filter
-        self.templates = ContextTemplateCache()
-        self.arch = resolve_architecture(self.model)
+        self.mom2_adjustment = mom2_adjustment
+        self.key = key
         self.weight_name = f"{self.arch.layer_name(self.arch.spec.mlp_out, self.layer)}.weight"
         self._covariance: CovarianceFactor | None = None
 
@@ -101,10 +66,6 @@ class ROME(EditorModule):
             moments = self.stats.second_moments(self.model, self.tokenizer, [self.layer], self.shows_progress)
             self._covariance = CovarianceFactor(moments[self.layer].mean())
         return self._covariance
-
-    def written_update(self, delta: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-        """What is written for ΔW (d_out, d_in) on W (d_out, d_in): ΔW, or what ``update_filter`` makes of it."""
-        return delta if self.update_filter is None else self.update_filter(delta, W)
 
     def apply_edits(self, requests: list[EditRequest]) -> None:
         """ROME edits one fact at a time, each on the model as edited by the previous ones."""
@@ -134,11 +95,7 @@ class ROME(EditorModule):
         bias = whole(module, "bias").double() if module.bias is not None else 0.0
         k_bar = compute_keys(self.model, self.tokenizer, requests, self.layer, templates, self.fact_token)
         k0 = compute_keys(self.model, self.tokenizer, requests, self.layer, ["{}"], self.fact_token)
-        vectors = optimize_target_vectors(
-            self.model, self.tokenizer, requests, self.layer, self.arch.spec.mlp_out, templates, self.target,
-            self.fact_token,
-        )  # fmt: skip
-        self.peak_memory.note_budget(vectors.budget)
+        vectors = self.target_vectors(requests, self.layer, self.arch.spec.mlp_out, templates)
         updates = []
         for i in range(len(requests)):
             v_star = vectors.targets[i].double() - bias  # (d_out,) the projection's target without its bias

@@ -82,7 +82,8 @@ class RunMetrics(LightningModule):
     def on_validation_epoch_end(self) -> None:
         """Compute every metric (synced over processes) into :attr:`results` and :attr:`case_scores`, with the
         benchmark's derived metrics, and log their aggregates."""
-        self.results, self.case_scores = {}, {}
+        self.results = {}
+        self.case_scores = {}
         self.case_answers, self._answers = gather_answers(self._answers, self.trainer.world_size), {}
         for name in self.metric_kinds:
             metric = self.metrics[name]

@@ -31,6 +31,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.cases import EditRequest
+from lightning_edit.editors.context_templates import Templates, template_groups
 from lightning_edit.editors.graph_budget import (
     automatic_budget,
     bytes_per_token,
@@ -38,14 +39,7 @@ from lightning_edit.editors.graph_budget import (
     chunk_requests,
     saved_bytes,
 )
-from lightning_edit.editors.locate import (
-    DEFAULT_FACT_TOKEN,
-    FactToken,
-    Templates,
-    encode_fact_prompt,
-    fill,
-    template_groups,
-)
+from lightning_edit.editors.locate import DEFAULT_FACT_TOKEN, FactToken, encode_fact_prompt, fill
 from lightning_edit.errors import require
 from lightning_edit.models.hooks import PrefixReuse, Trace
 from lightning_edit.models.registry import ModelArchitecture, resolve_architecture
@@ -184,7 +178,8 @@ def _build_batch(
             prompt_ids, target_ids = encode_prompt_target(tokenizer, text, request.target_new)
             if prompt_ids != ids:
                 raise RuntimeError(f"inconsistent prompt tokenization of {text!r}")
-            row, prompt = len(sequences), len(prompt_lengths)
+            row = len(sequences)
+            prompt = len(prompt_lengths)
             sequences.append(prompt_ids + target_ids[:-1])  # the last target token is never an input
             fact_positions.append(index)
             fact_owners.append(i)
@@ -375,7 +370,9 @@ def _optimize(
     config: TargetOptimization,
     fact_token: FactToken,
 ) -> TargetVectors:
-    n, d, device = len(requests), arch.hidden_size, model.device
+    n = len(requests)
+    d = arch.hidden_size
+    device = model.device
     dtype = torch.promote_types(model.dtype, torch.float32)  # δ and losses in at least fp32 (docs/methods.md#numerics)
     batch = _build_batch(tokenizer, requests, templates, config, fact_token, device)
     inject_name = arch.layer_name(module, layer)
@@ -452,7 +449,8 @@ def _optimize(
         kl_each = (kl_logprobs.exp() * (kl_logprobs - init_kl_logprobs[kls])).sum(-1)  # (K',)
         kl_each = torch.zeros(len(batch.kl_owners), dtype=dtype, device=device).index_put((kls,), kl_each)
         kl = torch.where(running, _mean_by(kl_each, batch.kl_owners, n), last_kl)  # (n,)
-        last_nll, last_kl = nll.detach(), kl.detach()
+        last_nll = nll.detach()
+        last_kl = kl.detach()
         delta = torch.stack(deltas)  # (n, d)
         weight_decay = config.v_weight_decay * delta.norm(dim=-1) / init.norm(dim=-1) ** 2  # (n,)
         loss = nll + config.kl_factor * kl + weight_decay  # (n,)

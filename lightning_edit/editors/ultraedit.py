@@ -45,7 +45,8 @@ def ridge_update(keys: Tensor, values: Tensor, ridge: float) -> Tensor:
     """ΔW (d_out, d_in) = Vᵀ K (KᵀK + λI)⁻¹ for keys K (n, d_in) and values V (n, d_out), in float64.
 
     Solved in the smaller of the two spaces: with n < d_in through ΔW = ((KKᵀ + λI)⁻¹ V)ᵀ K (the same matrix)."""
-    K, V = keys.double(), values.double()
+    K = keys.double()
+    V = values.double()
     n, d_in = K.shape
     if n < d_in:
         gram = K @ K.T + ridge * torch.eye(n, dtype=K.dtype, device=K.device)
@@ -88,7 +89,10 @@ class UltraEdit(EditorModule):
         require(ridge > 0, "ridge", ridge, "λ of the solve is positive (KᵀK alone may be singular)")
         require(pass_size >= 1, "pass_size", pass_size, "requests per forward and backward pass, at least 1")
         super().__init__(lm, **kwargs)
-        self.lr, self.ridge, self.rows, self.pass_size = lr, ridge, rows, pass_size
+        self.lr = lr
+        self.ridge = ridge
+        self.rows = rows
+        self.pass_size = pass_size
         arch = resolve_architecture(self.model)
         layers = sites.ultraedit_layers
         if layers is None:

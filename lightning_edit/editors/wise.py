@@ -30,7 +30,8 @@ from torch import Tensor, nn
 from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
 from lightning_edit.editors.base import EditorModule, require
-from lightning_edit.editors.locate import ContextTemplateCache, EditSites
+from lightning_edit.editors.context_templates import ContextTemplateCache
+from lightning_edit.editors.locate import EditSites
 from lightning_edit.errors import ConfigError
 from lightning_edit.models.hooks import PrefixReuse
 from lightning_edit.models.loading import ModelSource
@@ -41,7 +42,8 @@ ADAPTER_NAME = "wise"
 #: The seed texts of WISE's editing prefixes (EasyEdit): each is continued by the model itself.
 WISE_SEED_PROMPTS: tuple[str, ...] = ("I", "You", "Because", "Yes", "Q: ")
 #: Early stop of an edit: the loss changed by at most this and is at most :data:`STOP_LOSS` (EasyEdit).
-STOP_DELTA, STOP_LOSS = 1e-4, 2e-2
+STOP_DELTA = 1e-4
+STOP_LOSS = 2e-2
 
 _NO_EXPORT = (
     "WISE's edits live in routed side memories, which an exported model would not hold: evaluate them with validate "
@@ -129,7 +131,8 @@ class SideMemory(Adapter):
 
     def routed(self) -> tuple[Tensor, Tensor]:
         """(ΔW of every memory the router chooses from, their thresholds): the closed ones and the open one."""
-        deltas, thresholds = self.memories - self.pristine, self.thresholds
+        deltas = self.memories - self.pristine
+        thresholds = self.thresholds
         if int(self.open_count) > 0:
             deltas = torch.cat([deltas, (self.side - self.pristine).unsqueeze(0)])
             thresholds = torch.cat([thresholds, self.least_score.reshape(1) * self.act_ratio])
@@ -190,9 +193,15 @@ class WISE(EditorModule):
                 f"edits per merge, a multiple of save_freq={save_freq}")  # fmt: skip
         super().__init__(lm, **kwargs)
         self.layer = layer
-        self.mask_ratio, self.edit_lr, self.n_iter, self.norm_constraint = mask_ratio, edit_lr, n_iter, norm_constraint
+        self.mask_ratio = mask_ratio
+        self.edit_lr = edit_lr
+        self.n_iter = n_iter
+        self.norm_constraint = norm_constraint
         self.alpha, self.beta, self.gamma = act_margin
-        self.act_ratio, self.save_freq, self.merge_freq, self.density = act_ratio, save_freq, merge_freq, density
+        self.act_ratio = act_ratio
+        self.save_freq = save_freq
+        self.merge_freq = merge_freq
+        self.density = density
         self.template_lengths = tuple(map(tuple, template_lengths or ((5, 5), (10, 5))))
         self.seed = seed
         self.templates = ContextTemplateCache()
@@ -267,7 +276,8 @@ class WISE(EditorModule):
         templates = self.templates.get(
             self.model, self.tokenizer, self.template_lengths, self.seed, WISE_SEED_PROMPTS, top_k=1
         )  # greedy continuations, as EasyEdit
-        sequences, spans = [], []
+        sequences = []
+        spans = []
         for request in requests:
             for template in templates:
                 prompt = template.replace("{}", request.filled_prompt)
@@ -318,6 +328,7 @@ class WISE(EditorModule):
                     self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False)
                     least = activation_scores(memory.inputs, side - memory.pristine)[inside].min()
         finally:
-            memory.training_side, memory.inputs = None, None
+            memory.training_side = None
+            memory.inputs = None
         memory.side = side.detach()
         return least

@@ -3,14 +3,15 @@
 A :class:`Judge` takes (question, references, prediction, optional context) and gives a :class:`Verdict` (score,
 reason, raw output; a missing score when the verdict cannot be had); :meth:`Judge.judge` is batched and cached.
 The judges: :class:`ExactMatchJudge` (SQuAD normalisation), :class:`SymbolicMathJudge` (sympy), and LLM judges with
-an editable prompt template, :class:`OpenAIChatJudge` (an OpenAI-compatible endpoint) and :class:`LocalLMJudge`
-(a Hugging Face model). :mod:`lightning_edit.judges.kind` makes a judge a score kind ("generate, then judge").
+an editable prompt template (``answer_correct`` unless one is named; :mod:`lightning_edit.judges.llm`),
+:class:`OpenAIChatJudge` (an OpenAI-compatible endpoint) and :class:`LocalLMJudge` (a Hugging Face model).
+:mod:`lightning_edit.judges.kind` makes a judge a score kind ("generate, then judge").
 
 A config names a judge by a short name or a class path, with its arguments (jsonargparse's form)::
 
     {"class_path": "symbolic_math", "init_args": {"rel_tol": 0.001}}
     {"class_path": "openai_chat", "init_args": {"model": "deepseek-chat", "base_url": "https://api.deepseek.com",
-                                                 "api_key_env": "DEEPSEEK_API_KEY", "template": "rule_edit"}}
+                                                 "api_key_env": "DEEPSEEK_API_KEY", "template": "answer_correct"}}
     "exact_match"
 """
 
@@ -50,6 +51,14 @@ def one_judge(option: str, judge: Mapping[str, Any]) -> dict[str, Any]:
     return {"class_path": name, "init_args": dict(arguments)}
 
 
+def with_template(spec: dict[str, Any], template: str) -> dict[str, Any]:
+    """``spec`` (:func:`one_judge`'s) with ``template`` when its judge is an LLM judge that names none: how a benchmark
+    gives its LLM judge its own template by default."""
+    if "template" in spec["init_args"] or not issubclass(_judge_class(spec["class_path"]), LLMJudge):
+        return spec
+    return spec | {"init_args": spec["init_args"] | {"template": template}}
+
+
 def build_judge(spec: str | Mapping[str, Any] | Judge) -> Judge:
     """The judge a config names: a short name of :data:`JUDGES` or a class path, alone or as
     ``{"class_path": ..., "init_args": {...}}``; a :class:`Judge` is returned as it is. Either way the judge is
@@ -57,14 +66,16 @@ def build_judge(spec: str | Mapping[str, Any] | Judge) -> Judge:
     stops on a fault before any edit. Every fault is one line, a :class:`~lightning_edit.errors.ConfigError` that
     starts ``judge <name>:``."""
     if isinstance(spec, Judge):
-        name, judge = type(spec).__name__, spec
+        name = type(spec).__name__
+        judge = spec
     else:
         if isinstance(spec, str):
             spec = {"class_path": spec}
         unknown = set(spec) - {"class_path", "init_args"}
         if unknown:
             raise ConfigError(f"a judge is given by class_path and init_args, not {sorted(unknown)}")
-        name, arguments = spec["class_path"], dict(spec.get("init_args") or {})
+        name = spec["class_path"]
+        arguments = dict(spec.get("init_args") or {})
         cls = _judge_class(name)
         accepted = inspect.signature(cls).parameters
         for argument in arguments:
@@ -132,4 +143,5 @@ __all__ = [
     "Verdict",
     "build_judge",
     "one_judge",
+    "with_template",
 ]

@@ -52,8 +52,10 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     """Spearman's rank correlation (NaN if either list is constant)."""
     if len(a) != len(b) or len(a) < 2:
         raise ValueError("Spearman's rho needs two score lists of one length, at least 2")
-    x, y = ranks(a), ranks(b)
-    mx, my = sum(x) / len(x), sum(y) / len(y)
+    x = ranks(a)
+    y = ranks(b)
+    mx = sum(x) / len(x)
+    my = sum(y) / len(y)
     covariance = sum((p - mx) * (q - my) for p, q in zip(x, y))
     spread = math.sqrt(sum((p - mx) ** 2 for p in x) * sum((q - my) ** 2 for q in y))
     return math.nan if spread == 0 else covariance / spread
@@ -70,7 +72,8 @@ def agreement_table(judges: Mapping[str, tuple[str, Mapping[str, float]]]) -> li
         items = sorted(scores_a.keys() & scores_b.keys())
         if len(items) < 2:
             continue
-        a, b = [scores_a[i] for i in items], [scores_b[i] for i in items]
+        a = [scores_a[i] for i in items]
+        b = [scores_b[i] for i in items]
         weights = None if scale_a == "binary" else "quadratic"
         table.append(
             {

@@ -180,7 +180,9 @@ class JudgedKind(ScoreKind):
     ):
         self.judge = judge = build_judge(judge)
         generation = generation or Generation()
-        self.name, self.generation, self.against_unedited = name, generation, against_unedited
+        self.name = name
+        self.generation = generation
+        self.against_unedited = against_unedited
         self.label = label or f"judged ({type(judge).__name__})"
         how = "sampled" if generation.do_sample else "greedy"
         how += " (the prompt as a user turn of the chat template)" if generation.chat_template else ""

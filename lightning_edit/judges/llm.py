@@ -1,29 +1,35 @@
 """LLM judges: a prompt template filled per item, a model's reply, and a strict parser of the verdict.
 
-Templates are text files: the shipped ones in ``lightning_edit/judges/templates/`` (edit them there, or pass a path
-to your own). A template may start with a ``[SYSTEM]`` section (an empty one sends an empty system message); the text
-after ``[USER]`` (or the whole file) is the user message. Fields are written ``{name}``: ``{question}``,
-``{reference}`` (the first reference), ``{references}`` (all, one per line), ``{prediction}``, and any field of the
-item's context (``{target_true}``); other braces are left alone, and a field the item lacks is an error, found
-before any edit (:meth:`LLMJudge.check_input`). A template file must be UTF-8 text.
+Templates are text files, named by a shipped template's name or given as a path to your own. The shipped ones
+(:mod:`lightning_edit.judges.template_files`) are the judges' own, in ``lightning_edit/judges/templates/``, and those
+a benchmark ships in its folder's ``templates/``. A template may start with a ``[SYSTEM]`` section (an empty one sends
+an empty system message); the text after ``[USER]`` (or the whole file) is the user message. Fields are written
+``{name}``: ``{question}``, ``{reference}`` (the first reference), ``{references}`` (all, one per line),
+``{prediction}``, and any field of the item's context (``{target_true}``); other braces are left alone, and a field
+the item lacks is an error, found before any edit (:meth:`LLMJudge.check_input`). A template file must be UTF-8 text.
 
-The shipped templates:
+The judges' own template, the default of every LLM judge:
 
-- ``rule_edit`` (binary): semantic equivalence of a rule answer to the reference, as RULE-EDIT (Liu et al.) grades
-  reliability and generalisation with DeepSeek-V3.1 (§3.2, §5.1). The paper does not print its grading prompt;
-  this one is written from its description and its own example (``A = x × y`` vs ``Area = W × L``), and is stricter
-  than the prompt of DMLE's code (several formulas or a contradiction fail; a verdict must be parsed).
-- ``rule_edit_ab`` (binary, read ``exactly_a``): written here after the criteria of the prompt in DMLE's evaluation
-  code (``evaluate_utils.py``): an answer is correct if it includes the correct formula, the final number or an
-  equivalent description, whatever else it says; incorrect only for a wrong operation, a contradiction or no answer;
-  the reply is ``A`` or ``B``. The reference's own prompt is the user's to supply, as a file, with
-  ``reading: exactly_a``.
-- ``answer_correct`` (binary): whether a generated answer gives the reference answer, for the generated answers of
+- ``answer_correct`` (binary): whether a generated answer gives the reference answer, as for the generated answers of
   CounterFact, zsRE and BAKE (``data.answer_judge``; docs/metrics.md#generated-answers). Written here: QAEdit grades
   with an LLM too, but its prompt is not reproduced.
-- ``scedit_executability``, ``scedit_coherence``, ``scedit_consistency``, ``scedit_completeness`` (7-point Likert):
-  ScEdit's four text-level scales (Li et al., appendix C.1, Figures 8-11), verbatim but for the few-shot examples
-  the paper omits; context fields ``prompt``, ``target_true``, ``target_new`` and (completeness) ``tag``.
+
+The benchmarks' templates:
+
+- ``rule_edit`` (binary, ``lightning_edit/data/ruleedit/templates/``): semantic equivalence of a rule answer to the
+  reference, as RULE-EDIT (Liu et al.) grades reliability and generalisation with DeepSeek-V3.1 (§3.2, §5.1). The
+  paper does not print its grading prompt; this one is written from its description and its own example
+  (``A = x × y`` vs ``Area = W × L``), and is stricter than the prompt of DMLE's code (several formulas or a
+  contradiction fail; a verdict must be parsed). RuleEdit's LLM judge uses it unless given another.
+- ``rule_edit_ab`` (binary, read ``exactly_a``; the same folder): written here after the criteria of the prompt in
+  DMLE's evaluation code (``evaluate_utils.py``): an answer is correct if it includes the correct formula, the final
+  number or an equivalent description, whatever else it says; incorrect only for a wrong operation, a contradiction or
+  no answer; the reply is ``A`` or ``B``. The reference's own prompt is the user's to supply, as a file, with
+  ``reading: exactly_a``.
+- ``scedit_executability``, ``scedit_coherence``, ``scedit_consistency``, ``scedit_completeness`` (7-point Likert,
+  ``lightning_edit/data/scedit/templates/``): ScEdit's four text-level scales (Li et al., appendix C.1, Figures 8-11),
+  verbatim but for the few-shot examples the paper omits; context fields ``prompt``, ``target_true``, ``target_new``
+  and (completeness) ``tag``.
 
 Verdicts are parsed strictly (``reading: strict``, the default), except with ``reading: exactly_a`` (DMLE's reading:
 1 if the stripped reply is exactly ``A``, 0 for any other reply, never missing). Strictly, binary: a JSON object
@@ -39,41 +45,29 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from lightning_edit.errors import ConfigError, require
 from lightning_edit.judges.base import Judge, JudgeInput, Scale, Verdict
+from lightning_edit.judges.template_files import Reading, shipped_templates
 
-TEMPLATE_DIR = Path(__file__).parent / "templates"
-Reading = Literal["strict", "exactly_a"]
-#: shipped template -> (scale, key of the verdict in the reply)
-TEMPLATES: dict[str, tuple[Scale, str]] = {
-    "rule_edit": ("binary", "verdict"),
-    "rule_edit_ab": ("binary", "A"),
-    "answer_correct": ("binary", "verdict"),
-    "scedit_executability": ("likert7", "executability"),
-    "scedit_coherence": ("likert7", "coherence"),
-    "scedit_consistency": ("likert7", "consistency"),
-    "scedit_completeness": ("likert7", "completeness"),
-}
-#: how a shipped template's reply is read when not ``strict`` (:func:`parse_verdict`)
-READINGS: dict[str, Reading] = {"rule_edit_ab": "exactly_a"}
 _FIELD = re.compile(r"\{(\w+)\}")
 _BINARY = {"yes": 1.0, "no": 0.0}
 
 
 def load_template(template: str) -> tuple[str, str]:
     """``(name, text)`` of a shipped template (by name) or of a template file (by path)."""
-    path = TEMPLATE_DIR / f"{template}.txt" if template in TEMPLATES else Path(template).expanduser()
+    shipped = shipped_templates()
+    path = shipped[template].path if template in shipped else Path(template).expanduser()
     if not path.is_file():
-        raise ConfigError(f"judge template {template!r} is neither shipped ({sorted(TEMPLATES)}) nor a file")
+        raise ConfigError(f"judge template {template!r} is neither shipped ({sorted(shipped)}) nor a file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise ConfigError(f"judge template {path}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     except OSError as error:
         raise ConfigError(f"judge template {path}: cannot be read ({error.strerror})") from None
-    return (template if template in TEMPLATES else str(path)), text
+    return (template if template in shipped else str(path)), text
 
 
 def template_fields(item: JudgeInput) -> dict[str, str]:
@@ -147,7 +141,8 @@ class LLMJudge(Judge):
     :meth:`complete`.
 
     Args:
-        template: a shipped template's name (``rule_edit``, ``scedit_coherence``, ...) or a template file's path.
+        template: a shipped template's name (the default ``answer_correct``, the judges' own, of no benchmark; a
+            benchmark's: ``rule_edit``, ``scedit_coherence``, ...) or a template file's path.
         scale: ``binary`` or ``likert7``; a shipped template has its own (None).
         key: the verdict's key in the reply (``verdict``, ``coherence``); a shipped template has its own (None).
         reading: ``strict`` (a parsed verdict, else missing) or ``exactly_a`` (1 if the reply is exactly ``A``, else
@@ -161,7 +156,7 @@ class LLMJudge(Judge):
 
     def __init__(
         self,
-        template: str = "rule_edit",
+        template: str = "answer_correct",
         scale: Scale | None = None,
         key: str | None = None,
         max_tokens: int = 256,
@@ -171,15 +166,19 @@ class LLMJudge(Judge):
     ):
         super().__init__(cache_dir)
         self.template, self.template_text = load_template(template)
-        shipped_scale, shipped_key = TEMPLATES.get(template, (None, None))
-        if (scale or shipped_scale) is None or (key or shipped_key) is None:
+        shipped = shipped_templates().get(template)
+        scale = scale or (shipped.scale if shipped else None)
+        key = key or (shipped.key if shipped else None)
+        if scale is None or key is None:
             raise ConfigError(f"template {template!r} is not shipped: give its scale and key")
         require(max_tokens >= 1, "max_tokens", max_tokens, "the reply's token budget, at least 1")
         require(temperature >= 0, "temperature", temperature, "0 (greedy) or more")
-        self.reading = reading or READINGS.get(template, "strict")
+        self.reading = reading or (shipped.reading if shipped else "strict")
         require(self.reading in ("strict", "exactly_a"), "reading", self.reading, "strict or exactly_a")
-        self.scale, self.key = scale or shipped_scale, (key or shipped_key).lower()
-        self.max_tokens, self.temperature = max_tokens, temperature
+        self.scale = scale
+        self.key = key.lower()
+        self.max_tokens = max_tokens
+        self.temperature = temperature
         if self.reading == "exactly_a":
             read = "1 if the reply is exactly A, else 0"
         else:

@@ -38,7 +38,7 @@ class LocalLMJudge(LLMJudge):
         path: str,
         dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32",
         batch_size: int = 8,
-        template: str = "rule_edit",
+        template: str = "answer_correct",
         scale: Scale | None = None,
         key: str | None = None,
         max_tokens: int = 256,
@@ -46,7 +46,9 @@ class LocalLMJudge(LLMJudge):
         cache_dir: str | None = None,
     ):
         super().__init__(template, scale, key, max_tokens, temperature, cache_dir)
-        self.path, self.dtype, self.batch_size = path, dtype, batch_size
+        self.path = path
+        self.dtype = dtype
+        self.batch_size = batch_size
 
     def settings(self) -> dict[str, Any]:
         return {"model": self.path, "dtype": self.dtype, **super().settings()}

@@ -53,7 +53,7 @@ class OpenAIChatJudge(LLMJudge):
         timeout: float = 60.0,
         max_retries: int = 2,
         concurrency: int = 4,
-        template: str = "rule_edit",
+        template: str = "answer_correct",
         scale: Scale | None = None,
         key: str | None = None,
         max_tokens: int = 256,
@@ -69,8 +69,12 @@ class OpenAIChatJudge(LLMJudge):
                 "api_key_env names the environment variable that holds the key, in capitals (OPENAI_API_KEY); the "
                 "value given is no such name and is not shown: it may be the key itself"
             )
-        self.model, self.base_url, self.api_key_env = model, base_url, api_key_env
-        self.timeout, self.max_retries, self.concurrency = timeout, max_retries, concurrency
+        self.model = model
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.concurrency = concurrency
         self._client: openai.OpenAI | None = None
 
     def settings(self) -> dict[str, Any]:

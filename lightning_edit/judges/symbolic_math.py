@@ -98,7 +98,8 @@ def _latex(text: str) -> str:
     command = re.compile(r"\\(d?t?frac|sqrt|text|mathrm|operatorname)\s*(\[[^\]]*\])?\s*(?=\{)")
     while match := command.search(text):
         first, end = _braced(text, match.end())
-        name, root = match.group(1), match.group(2)
+        name = match.group(1)
+        root = match.group(2)
         if name.endswith("frac"):
             second, end = _braced(text, end)
             replacement = f" (({_latex(first)})/({_latex(second)})) "
@@ -236,7 +237,10 @@ class SymbolicMathJudge(Judge):
         super().__init__(cache_dir)
         if prose_references not in ("missing", "exact_match"):
             raise ValueError(f"prose_references={prose_references!r}: one of missing, exact_match")
-        self.rel_tol, self.abs_tol, self.n_points, self.seed = rel_tol, abs_tol, n_points, seed
+        self.rel_tol = rel_tol
+        self.abs_tol = abs_tol
+        self.n_points = n_points
+        self.seed = seed
         self.prose_references = prose_references
         if prose_references == "exact_match":
             self.convention += "; a reference in words by SQuAD exact match"
@@ -305,7 +309,8 @@ class SymbolicMathJudge(Judge):
         for _ in range(self.n_points):
             point = {s: rng.uniform(0.5, 3.5) for s in symbols}
             try:
-                va, vb = complex(a.evalf(subs=point)), complex(b.evalf(subs=point))
+                va = complex(a.evalf(subs=point))
+                vb = complex(b.evalf(subs=point))
             except (TypeError, ValueError, ZeroDivisionError):
                 continue  # not a number at this point (a pole, a symbol left over)
             if not (math.isfinite(abs(va)) and math.isfinite(abs(vb))):

@@ -95,8 +95,10 @@ class Trace:
         names = [names] if isinstance(names, str) else list(dict.fromkeys(names))
         self._modules = {name: get_module(model, name) for name in names}
         self._stop_module = get_module(model, stop_after) if stop_after is not None else None
-        self._record_inputs, self._record_outputs = inputs, outputs
-        self._edit_output, self._detach = edit_output, detach
+        self._record_inputs = inputs
+        self._record_outputs = outputs
+        self._edit_output = edit_output
+        self._detach = detach
         self._handles: list[RemovableHandle] = []
         self.inputs: dict[str, torch.Tensor] = {}
         self.outputs: dict[str, torch.Tensor] = {}
@@ -153,7 +155,8 @@ class PrefixReuse:
     """
 
     def __init__(self, blocks: list[nn.Module], start: int):
-        self.blocks, self.start = blocks, start
+        self.blocks = blocks
+        self.start = start
         self.hidden: torch.Tensor | None = None  # (B, L, d) the recorded input of block ``start``
         self._tuple_output = False  # blocks return (hidden, ...) in older transformers
         self._rows: torch.Tensor | None = None  # the recorded rows the next forward runs (None: all)

@@ -51,7 +51,8 @@ class RowUpdates:
     """
 
     def __init__(self, model: nn.Module, owners: int):
-        self.model, self.owners = model, owners
+        self.model = model
+        self.owners = owners
         self.updates: dict[str, list[list[LowRankUpdate]]] = {}  # module name -> per owner, in the order added
         self._stacked: dict[str, tuple[Tensor, Tensor]] = {}  # module name -> (U (O, d_out, R), V (O, d_in, R))
         self._row_owners: Tensor | int | None = None
@@ -87,7 +88,8 @@ class RowUpdates:
         if name not in self._stacked:
             per_owner = self.updates[name]
             first = next(u for updates in per_owner for u in updates)
-            d_out, d_in = first.U.shape[0], first.V.shape[0]
+            d_out = first.U.shape[0]
+            d_in = first.V.shape[0]
             rank = max(sum(u.U.shape[1] for u in updates) for updates in per_owner)
             U = torch.zeros(self.owners, d_out, rank, dtype=dtype, device=device)
             V = torch.zeros(self.owners, d_in, rank, dtype=dtype, device=device)

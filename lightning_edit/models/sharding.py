@@ -39,7 +39,8 @@ def shard_model(model: nn.Module, blocks: list[nn.Module], mesh: DeviceMesh) -> 
 
     for block in blocks:
         fully_shard(block, mesh=mesh)
-    embeddings, unembedding = model.get_input_embeddings(), model.get_output_embeddings()
+    embeddings = model.get_input_embeddings()
+    unembedding = model.get_output_embeddings()
     if unembedding is not None and unembedding.weight is not embeddings.weight:
         fully_shard(embeddings, mesh=mesh)
         fully_shard(unembedding, mesh=mesh)
@@ -66,7 +67,8 @@ class Lockstep:
     """
 
     def __init__(self, model: nn.Module, mesh: DeviceMesh | None):
-        self.model, self.mesh = model, mesh
+        self.model = model
+        self.mesh = mesh
         self._handle: RemovableHandle | None = None
 
     def _vote(self, running: int) -> int:

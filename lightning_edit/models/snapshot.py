@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from lightning_edit.models.placement import is_offloaded, set_offloaded, whole
 
@@ -47,6 +48,18 @@ class WeightSnapshot:
     def names(self) -> list[str]:
         """Names of the saved parameters."""
         return list(self._params)
+
+    @torch.no_grad()
+    def norms(self) -> dict[str, tuple[float, float]]:
+        """``{name: (‖W‖, ‖W − W₀‖)}``: each saved parameter's Frobenius norm now and that of its change since the
+        snapshot (W₀), in float64 (a sharded parameter's over all its shards)."""
+        norms = {}
+        for name in self._params:
+            now = self._value(name).detach().double()
+            change = now - self._saved[name].to(now.device).double()
+            values = [torch.linalg.vector_norm(tensor) for tensor in (now, change)]
+            norms[name] = tuple(float(v.full_tensor() if isinstance(v, DTensor) else v) for v in values)
+        return norms
 
     @torch.no_grad()
     def restore(self) -> None:

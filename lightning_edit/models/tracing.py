@@ -86,7 +86,8 @@ def trace_fact(
     prompt_ids, answer_ids = encode_prompt_target(tokenizer, fact.prompt, fact.answer)
     first, stop = subject_token_span(tokenizer, fact.prompt[: fact.prompt.index(fact.subject)], fact.subject)
     ids = torch.tensor([prompt_ids])
-    n_tokens, answer = len(prompt_ids), answer_ids[0]
+    n_tokens = len(prompt_ids)
+    answer = answer_ids[0]
     generator = torch.Generator().manual_seed(seed)
     hidden_size = model.get_submodule(arch.spec.embedding).weight.shape[1]
     draws = noise * torch.randn(samples, stop - first, hidden_size, generator=generator)

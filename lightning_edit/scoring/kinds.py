@@ -97,7 +97,8 @@ class Target(Request):
 
     @classmethod
     def run(cls, model, tokenizer, requests: list[Target], batch_size: int, owners=None) -> list[TargetScore]:
-        prompts, answers = [r.prompt for r in requests], [r.answer for r in requests]
+        prompts = [r.prompt for r in requests]
+        answers = [r.answer for r in requests]
         return score_targets(model, tokenizer, prompts, answers, batch_size, owners=owners)
 
 
@@ -228,7 +229,9 @@ def check_metrics(kinds: Mapping[str, ScoreKind], names: Iterable[str], alternat
 
 
 class ProbabilityComparison(ScoreKind):
-    name, label, needs_alternative = "prob", "probability comparison", True
+    name = "prob"
+    label = "probability comparison"
+    needs_alternative = True
     convention = (
         "probability comparison: 1 if mean per-token NLL of the expected answer < that of the alternative "
         "(ROME/MEMIT CounterFact ES/PS/NS)"
@@ -242,7 +245,8 @@ class ProbabilityComparison(ScoreKind):
 
 
 class TokenAccuracy(ScoreKind):
-    name, label = "token_acc", "token accuracy"
+    name = "token_acc"
+    label = "token accuracy"
     convention = (
         "teacher-forced token accuracy of the expected answer after prompt + ' ' (EasyEdit rewrite_acc; ROME zsRE)"
     )
@@ -255,7 +259,8 @@ class TokenAccuracy(ScoreKind):
 
 
 class Agreement(ScoreKind):
-    name, label = "agreement", "argmax agreement"
+    name = "agreement"
+    label = "argmax agreement"
     convention = "share of argmax tokens along the expected answer equal to the unedited model's (EasyEdit locality)"
 
     def requests(self, item, config):
@@ -269,7 +274,8 @@ class Agreement(ScoreKind):
 
 
 class LogProbability(ScoreKind):
-    name, label = "logprob", "log-probability"
+    name = "logprob"
+    label = "log-probability"
     convention = "mean per-token log-probability (nats) of the expected answer after prompt + ' ' (BAKE Figure 3)"
 
     def requests(self, item, config):
@@ -280,7 +286,8 @@ class LogProbability(ScoreKind):
 
 
 class GenerationEntropy(ScoreKind):
-    name, label = "entropy", "n-gram entropy"
+    name = "entropy"
+    label = "n-gram entropy"
     convention = "weighted bi/tri-gram entropy H2/3 + 2*H3/3 (bits) of prompt + generated text (ROME GE)"
 
     def requests(self, item, config):
@@ -293,7 +300,9 @@ class GenerationEntropy(ScoreKind):
 
 
 class Filtered(ScoreKind):
-    name, label, scored = "filtered", "left out by the pre-edit filter", False
+    name = "filtered"
+    label = "left out by the pre-edit filter"
+    scored = False
     convention = (
         "1 if the prompt was left out because the unedited model did not prefer the original answer "
         "(BAKE's pre-edit filter of reverse prompts)"
@@ -301,7 +310,9 @@ class Filtered(ScoreKind):
 
 
 class Derived(ScoreKind):
-    name, label, scored = "derived", "derived", False
+    name = "derived"
+    label = "derived"
+    scored = False
     convention = "computed from the aggregates of other metrics, aggregation by aggregation (see the metric's formula)"
 
 

@@ -113,7 +113,9 @@ def score_targets(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         sequences = [encoded[i][0] + encoded[i][1] for i in chunk]
-        rows, positions, lengths = [], [], []
+        rows = []
+        positions = []
+        lengths = []
         for row, i in enumerate(chunk):
             prompt_ids, target_ids = encoded[i]
             first = padded_offset(sequences, row, padding_side) + len(prompt_ids) - 1  # predicts the first target

@@ -137,7 +137,8 @@ def _merge_shards(key: StatsKey, root: Path, d_in: int) -> SecondMoment | None:
         first, _, last = span.partition("-")
         if first.isdigit() and last.isdigit() and key.start <= int(first) < int(last) <= key.stop:
             ranges.append((int(first), int(last)))
-    pieces, cursor = [], key.start
+    pieces = []
+    cursor = key.start
     while cursor < key.stop:
         ends = [last for first, last in ranges if first == cursor]
         if not ends:

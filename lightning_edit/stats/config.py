@@ -66,7 +66,8 @@ class KeyStatistics:
         """
         if self.corpus is None:  # second_moments says what is missing
             return
-        corpus, options = self._corpus(), self._options()
+        corpus = self._corpus()
+        options = self._options()
         cached = load_or_compute(model, tokenizer, corpus, layers, n_samples=self.n_samples, compute=False, **options)
         share = -(-self.n_samples // count)
         start = min(index * share, self.n_samples)

@@ -133,7 +133,8 @@ def run_pass(
     first = min(progress[layer].next_document for layer in active)
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    since_checkpoint, consistent = 0, True
+    since_checkpoint = 0
+    consistent = True
     was_training = model.training
     model.eval()
     description = f"key statistics, layers {sorted(active)}"

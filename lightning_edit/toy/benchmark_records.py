@@ -214,7 +214,8 @@ def rome_record(world: ToyWorld, fact: Fact, rng: random.Random) -> dict:
     relation = world.relations[fact.relation]
     template = rng.choice(relation.forward)
     new = _target_new(world, fact, rng)
-    neighbours, attributes = _sharing(world, fact, fact.object, rng), _sharing(world, fact, new, rng)
+    neighbours = _sharing(world, fact, fact.object, rng)
+    attributes = _sharing(world, fact, new, rng)
     return {
         "requested_rewrite": {
             "prompt": template,

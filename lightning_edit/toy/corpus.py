@@ -54,7 +54,10 @@ class SeededPermutation(Sampler[int]):
     """
 
     def __init__(self, size: int, shuffle: bool, seed: int = 0) -> None:
-        self.size, self.shuffle, self.seed, self.epoch = size, shuffle, seed, 0
+        self.size = size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -80,7 +83,9 @@ class LengthGroupedBatches(Sampler[list[int]]):
     def __init__(
         self, lengths: list[int], batch_size: int, shuffle: bool, seed: int = 0, group_batches: int = 32
     ) -> None:
-        self.lengths, self.batch_size, self.group_batches = lengths, batch_size, group_batches
+        self.lengths = lengths
+        self.batch_size = batch_size
+        self.group_batches = group_batches
         self.sampler = SeededPermutation(len(lengths), shuffle, seed)  # Lightning sets its epoch
 
     def set_epoch(self, epoch: int) -> None:
@@ -126,9 +131,13 @@ class TextCorpus(LightningDataModule):
     ):
         super().__init__()
         self.seed = seed
-        self.tokenizer_style, self.vocab_size = tokenizer_style, vocab_size
-        self.batch_size, self.max_length, self.num_workers = batch_size, max_length, num_workers
-        self.val_size, self.val_holdout = val_size, val_holdout
+        self.tokenizer_style = tokenizer_style
+        self.vocab_size = vocab_size
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.num_workers = num_workers
+        self.val_size = val_size
+        self.val_holdout = val_holdout
         self.train_set: _Sequences | None = None
         self.val_set: _Sequences | None = None
 
@@ -239,7 +248,8 @@ class ToyCorpus(TextCorpus):
     ):
         super().__init__(seed, tokenizer_style, vocab_size, batch_size, max_length, val_size, val_holdout, num_workers)
         self.save_hyperparameters()
-        self.scripts, self.biographies = scripts, biographies
+        self.scripts = scripts
+        self.biographies = biographies
         self.world_settings = dict(
             seed=seed,
             n_people=n_people,

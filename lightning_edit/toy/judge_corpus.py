@@ -39,9 +39,10 @@ from lightning.pytorch.utilities import rank_zero_info
 from tokenizers import AddedToken
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from lightning_edit.data.scedit import script_generation
+from lightning_edit.data.scedit.datamodule import script_generation
 from lightning_edit.judges.base import JudgeInput
-from lightning_edit.judges.llm import TEMPLATES, load_template, parse_verdict, render
+from lightning_edit.judges.llm import load_template, parse_verdict, render
+from lightning_edit.judges.template_files import shipped_templates
 from lightning_edit.models.build import TokenizerStyle, train_tokenizer
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.resources import resolve_path
@@ -79,7 +80,7 @@ def fixed_pieces() -> list[str]:
 
 def reply(template: str, rating: Rating) -> str:
     """The judge's reply: ``{"<key>":<score>,"reason":"<reason>"}``, compact JSON."""
-    return json.dumps({TEMPLATES[template][1]: rating.score, "reason": rating.reason}, separators=(",", ":"))
+    return json.dumps({shipped_templates()[template].key: rating.score, "reason": rating.reason}, separators=(",", ":"))
 
 
 class Example(NamedTuple):
@@ -119,7 +120,8 @@ def script_questions(world: ToyWorld, excluded: str, rng: random.Random, n: int 
         if record["subject"] in excluded:
             continue
         relation = world.relations[record["property"]]
-        true, new = record["ground_truth"], record["target_new"]
+        true = record["ground_truth"]
+        new = record["target_new"]
         objects = tuple(sorted(set(world.entities[relation.object_type]) - {true, new}))
         for script, question in zip(relation.scripts, record["generation_prompts"]):
             context = Context(question, record["prompt"], true, new, "pre" if rng.random() < 0.2 else "post")
@@ -142,7 +144,8 @@ def corrupt(steps: list[str], others: list[str], words: list[str], rng: random.R
     ``Step 1`` (another step, junk words, or the first step moved there), the markers left out, the text cut."""
     kinds = ("drop", "repeat", "other", "shuffle", "number", "preamble", "lead", "bare", "cut")
     faults = rng.sample(kinds, rng.choice((0, 1, 1, 2, 2, 3)))
-    numbered, preamble = _numbered(steps), ""
+    numbered = _numbered(steps)
+    preamble = ""
     for fault in faults:
         if fault == "drop" and len(numbered) > 1:
             numbered.pop(rng.randrange(len(numbered)))
@@ -188,7 +191,8 @@ def world_examples(questions: list[Question], per_question: int, rng: random.Ran
     others = [step.replace("{object}", rng.choice(q.objects)) for q in questions for step in q.steps]
     examples = []
     for question in questions:
-        true, new = question.context.target_true, question.context.target_new
+        true = question.context.target_true
+        new = question.context.target_new
         [object_step] = [step for step in question.steps if "{object}" in step]
         for _ in range(per_question):
             if rng.random() < 0.1:
@@ -207,9 +211,9 @@ def sampled_examples(
     questions: list[Question], models: tuple[str, ...], samples: int, seed: int, rng: random.Random, batch_size: int
 ) -> list[Example]:
     """``samples`` scripts of each model for each question (the bare question as the prompt, as the toy models
-    write scripts; sampled as ScEdit's text level samples them, :func:`~lightning_edit.data.scedit.script_generation`,
-    seeds ``seed``, ``seed + 1``, ...), half of them with the new object in place of the true one (as an edited model
-    would write)."""
+    write scripts; sampled as ScEdit's text level samples them,
+    :func:`~lightning_edit.data.scedit.datamodule.script_generation`, seeds ``seed``, ``seed + 1``, ...), half of them
+    with the new object in place of the true one (as an edited model would write)."""
     examples = []
     prompts = [question.context.question for question in questions]
     g = script_generation()
@@ -220,7 +224,8 @@ def sampled_examples(
         for k in range(samples):
             texts = generate(model, tokenizer, prompts, seed=seed + k, batch_size=batch_size, **sampling)
             for question, text in zip(questions, texts):
-                script, source = text.strip(), path.rsplit("/", 1)[-1]
+                script = text.strip()
+                source = path.rsplit("/", 1)[-1]
                 if rng.random() < 0.5:
                     true = re.escape(question.context.target_true)
                     script, source = (
@@ -250,7 +255,7 @@ def agreement(
         prompts = [judge_prompt(template, e.script, e.context) for e in examples]
         replies = generate(model, tokenizer, prompts, max_new_tokens=64, batch_size=batch_size)
         ratings = [e.rating(template).score for e in examples]
-        scores = [parse_verdict(text, "likert7", TEMPLATES[template][1])[0] for text in replies]
+        scores = [parse_verdict(text, "likert7", shipped_templates()[template].key)[0] for text in replies]
         parsed = [(score, rating) for score, rating in zip(scores, ratings) if score is not None]
         counts = defaultdict(int)
         for rating in ratings:
@@ -313,8 +318,12 @@ class JudgeCorpus(TextCorpus):
         self.save_hyperparameters()
         if 0 in worlds:
             raise ValueError("worlds: seed 0 is the shipped world's, whose records are evaluated")
-        self.worlds, self.records, self.scripts_per_question = tuple(worlds), records, scripts_per_question
-        self.toy_models, self.toy_samples, self.heldout = tuple(toy_models), toy_samples, heldout
+        self.worlds = tuple(worlds)
+        self.records = records
+        self.scripts_per_question = scripts_per_question
+        self.toy_models = tuple(toy_models)
+        self.toy_samples = toy_samples
+        self.heldout = heldout
         self.generation_batch_size = generation_batch_size
 
     @cached_property

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-from lightning_edit.data.scedit import TEXT_METRICS
+from lightning_edit.data.scedit.datamodule import TEXT_METRICS
 from lightning_edit.judges.base import Judge, JudgeInput, Verdict
 
 _STEP = re.compile(r"Step (\d+):")
@@ -111,7 +111,8 @@ def coherence(script: str, context: Context) -> Rating:
     alone: 7, less 2 for a name the context does not give (:func:`foreign_names`), 1 if the new object is named more
     than once, 1 if it is not named inside a step (before ``Step 1``, or no steps); at least 4.
     """
-    new, true = mentions(script, context.target_new), mentions(script, context.target_true)
+    new = mentions(script, context.target_new)
+    true = mentions(script, context.target_true)
     if true:
         return Rating(2, "names both objects") if new else Rating(1, "names the old object only")
     if not new:

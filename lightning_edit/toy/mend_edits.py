@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lightning_edit.cases import EditCase
-from lightning_edit.data.base import DataFormatError, RecordReader, read_records
-from lightning_edit.data.counterfact import CounterFact
+from lightning_edit.data.counterfact_records import rome_case
 from lightning_edit.data.edit_training import EditTraining
+from lightning_edit.data.records import RecordReader, read_records
+from lightning_edit.errors import DataFormatError
 from lightning_edit.toy.benchmark_records import counterfact_records
 from lightning_edit.toy.world import load_toy_world
 
@@ -84,19 +85,9 @@ class ToyEditTraining(EditTraining):
         validated = {_fact(record) for record in val}
         train = [record for draw in draws for record in draw if _fact(record) not in validated]
         records = [{**record, "case_id": index} for index, record in enumerate(train + val)]
-        cases = _RecordCounterFact(f"toy world {self.world_path}", records).load_cases()
+        name = f"toy world {self.world_path}"
+        cases = [rome_case(RecordReader(name, index, record)) for index, record in enumerate(records)]
         return cases[: len(train)], cases[len(train) :]
-
-
-class _RecordCounterFact(CounterFact):
-    """CounterFact cases from records in memory (the toy world's), read with CounterFact's own checks."""
-
-    def __init__(self, name: str, records: list[dict]):
-        super().__init__(name)
-        self.records = records
-
-    def load_cases(self) -> list[EditCase]:
-        return [self._rome_case(RecordReader(self.path, index, record)) for index, record in enumerate(self.records)]
 
 
 def _fact(record: dict) -> tuple[str, str]:

@@ -273,7 +273,8 @@ class CausalLMPretraining(LightningModule):
         world = getattr(datamodule, "world", None)
         if world is not None:
             summary["recall"] = toy_recall(model, self.tokenizer, world, batch_size=self.hparams.recall_batch_size)
-            forward, inverse = summary["recall"]["forward"], summary["recall"]["inverse"]
+            forward = summary["recall"]["forward"]
+            inverse = summary["recall"]["inverse"]
             rank_zero_info(
                 f"recall over {forward['n_facts']} facts: forward {forward['overall']:.3f}, inverse "
                 f"bidirectional {inverse['bidirectional']:.3f}, inverse forward-only {inverse['forward_only']:.3f}"

@@ -79,7 +79,11 @@ def forward_recall(
         (``"relation: template"`` -> share), ``n_facts`` and ``n_prompts``.
     """
     facts = list(world.facts if facts is None else facts)
-    prompts, answers, templates, relations, owners = [], [], [], [], []
+    prompts = []
+    answers = []
+    templates = []
+    relations = []
+    owners = []
     for index, fact in enumerate(facts):
         for template in world.relations[fact.relation].forward:
             prompts.append(fill(template, fact.subject))
@@ -115,7 +119,10 @@ def inverse_recall(
         (``"direction: relation: template"`` -> share), ``n_facts`` and ``n_prompts`` (each per direction).
     """
     facts = [f for f in (world.facts if facts is None else facts) if world.relations[f.relation].invertible]
-    prompts, answers, directions, templates = [], [], [], []
+    prompts = []
+    answers = []
+    directions = []
+    templates = []
     for fact in facts:
         for template in world.relations[fact.relation].inverse:
             prompts.append(fill(template, fact.object))

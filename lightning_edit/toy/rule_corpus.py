@@ -7,7 +7,7 @@
 The text trains the toy rule model (``builtin:models/toy-rule-gpt2``) to answer the benchmark's prompts before any
 edit. One item per sequence, ``prompt + " " + true answer`` (:func:`rule_prompts`), never a ``target_new``:
 
-- every rule's formula prompt and each of its rephrasings (:data:`~lightning_edit.generators.ruleedit
+- every rule's formula prompt and each of its rephrasings (:data:`~lightning_edit.data.ruleedit.generator
   .FORMULA_REPHRASES`) with the true formula, its description prompt and each rephrasing with the true
   description: so every ``prompt``, ``rephrase_prompt``, ``Rule_Understanding`` and ``locality`` prompt of the
   records, all of them these templates, has its ground truth in training;
@@ -15,7 +15,7 @@ edit. One item per sequence, ``prompt + " " + true answer`` (:func:`rule_prompts
   ``rephrase_prompt``, with their ``ground_truth``;
 - the ``Hierarchy`` prompts of ``hierarchy.json`` with their ``ground_truth``.
 
-The templates come from the rule table (:mod:`~lightning_edit.generators.ruleedit_rules`), for the rules of the
+The templates come from the rule table (:mod:`~lightning_edit.data.ruleedit.rules`), for the rules of the
 dataset's folders; the instances, drawn by the generator's seed, are read from the dataset.
 """
 
@@ -30,14 +30,14 @@ from typing import Any, NamedTuple
 from lightning.pytorch.utilities import rank_zero_info
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lightning_edit.generators.ruleedit import (
+from lightning_edit.data.ruleedit.generator import (
     DESCRIPTION_REPHRASES,
     FORMULA_REPHRASES,
     description_prompt,
     formula_prompt,
     target,
 )
-from lightning_edit.generators.ruleedit_rules import RULES, Rule
+from lightning_edit.data.ruleedit.rules import RULES, Rule
 from lightning_edit.models.build import TokenizerStyle
 from lightning_edit.models.tokenization import encode_prompt_targets
 from lightning_edit.resources import resolve_path
@@ -66,7 +66,8 @@ def _read(path: Path) -> Any:
 
 def _rule_views(rule: Rule) -> list[RulePrompt]:
     """The formula and description prompts of a rule, each in every template, with the true formula/description."""
-    formula, description = target(rule, "formula", False), target(rule, "description", False)
+    formula = target(rule, "formula", False)
+    description = target(rule, "description", False)
     return [
         RulePrompt("formula", formula_prompt(rule), formula),
         *(RulePrompt("formula_rephrase", formula_prompt(rule, t), formula) for t in FORMULA_REPHRASES),
@@ -76,7 +77,7 @@ def _rule_views(rule: Rule) -> list[RulePrompt]:
 
 
 def rule_prompts(path: str = DEFAULT_PATH) -> list[RulePrompt]:
-    """Every prompt of the dataset at ``path`` (a folder written by :mod:`lightning_edit.generators.ruleedit`) with
+    """Every prompt of the dataset at ``path`` (a folder written by :mod:`lightning_edit.data.ruleedit.generator`) with
     its true answer.
 
     Per rule folder (in folder order): the rule's views (:func:`_rule_views`), then the instances of its records;
@@ -86,7 +87,8 @@ def rule_prompts(path: str = DEFAULT_PATH) -> list[RulePrompt]:
     prompts: list[RulePrompt] = []
     folders = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
     for folder in folders:
-        f_d, (instance_edit,) = _read(folder / "f_d.json"), _read(folder / "ins.json")
+        f_d = _read(folder / "f_d.json")
+        (instance_edit,) = _read(folder / "ins.json")
         prompts += _rule_views(RULES[instance_edit["case_id"]])
         for record in (*f_d, instance_edit):
             instance = record["Instance"]
@@ -159,7 +161,7 @@ class RuleCorpus(TextCorpus):
     (``CausalLMPretraining`` writes it to ``recall.json``).
 
     Args:
-        path: the dataset (a folder written by :mod:`lightning_edit.generators.ruleedit`: rule folders and
+        path: the dataset (a folder written by :mod:`lightning_edit.data.ruleedit.generator`: rule folders and
             ``hierarchy.json``).
         seed: seeds the validation sample and the batch order.
         tokenizer_style: ``gpt2`` (byte-level BPE, no BOS) or ``llama`` (SentencePiece-style pieces, BOS); use the

@@ -67,7 +67,8 @@ class Names:
     """Unique fictional words: a syllable, a syllable opening with a rare cluster, sometimes a third, a coda."""
 
     def __init__(self, rng: random.Random):
-        self.rng, self.used = rng, set()
+        self.rng = rng
+        self.used = set()
 
     def word(self) -> str:
         rng = self.rng
@@ -154,9 +155,11 @@ class ToyWorld:
             "room": list(ROOMS),
             "colour": list(COLOURS),
         }
-        facts, bidirectional = [], set()
+        facts = []
+        bidirectional = set()
         for relation in RELATIONS:
-            subjects, objects = entities[relation.subject_type], entities[relation.object_type]
+            subjects = entities[relation.subject_type]
+            objects = entities[relation.object_type]
             if relation.invertible:
                 size = min(len(subjects), len(objects))
                 pairs = list(zip(rng.sample(subjects, size), rng.sample(objects, size)))

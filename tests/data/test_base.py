@@ -5,7 +5,7 @@ import pytest
 
 from lightning_edit.cases import EditCase, EditRequest, PromptGroup
 from lightning_edit.data import DataFormatError, EditDataModule
-from lightning_edit.data.base import RecordReader, read_records
+from lightning_edit.data.records import RecordReader, read_records
 from lightning_edit.errors import ConfigError
 from lightning_edit.resources import ASSETS_DIR
 

@@ -14,8 +14,9 @@ import pytest
 
 from lightning_edit.cases import EditCase, EditRequest, PromptGroup
 from lightning_edit.data import BAKE, CaseEdit, CounterFact, RuleEdit, ZsRE
-from lightning_edit.data.base import DataFormatError, EditDataModule, read_records
+from lightning_edit.data.base import DataFormatError, EditDataModule
 from lightning_edit.data.edit_training import EditTraining
+from lightning_edit.data.records import read_records
 from lightning_edit.resources import resolve_path
 
 SAMPLES = {

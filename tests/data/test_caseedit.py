@@ -7,7 +7,7 @@ import pytest
 
 from lightning_edit.cases import EditRequest
 from lightning_edit.data import CaseEdit, DataFormatError
-from lightning_edit.data.caseedit import QUESTIONS, cloze_stem, letter_prompt
+from lightning_edit.data.caseedit.datamodule import QUESTIONS, cloze_stem, letter_prompt
 
 TOY = "builtin:data/toy/caseedit.json"
 QUESTION = {

@@ -13,7 +13,7 @@ import torch
 
 from lightning_edit.data import RuleEdit
 from lightning_edit.data.base import DataFormatError
-from lightning_edit.data.ruleedit import EXACT_MATCH_KIND, JUDGE_KIND
+from lightning_edit.data.ruleedit.datamodule import EXACT_MATCH_KIND, JUDGE_KIND
 from lightning_edit.errors import ConfigError
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "data" / "ruleedit200"

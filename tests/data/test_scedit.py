@@ -16,7 +16,9 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import PreTrainedTokenizerFast
 
 from lightning_edit.data import DataFormatError, ScEdit
-from lightning_edit.data.scedit import SCRIPT_PROMPT, TEXT_METRICS, scedit_cf_record, script_cloze, spearman_matrix
+from lightning_edit.data.scedit import scedit_cf_record, script_cloze
+from lightning_edit.data.scedit.datamodule import SCRIPT_PROMPT, TEXT_METRICS
+from lightning_edit.data.scedit.spearman import spearman_matrix
 from lightning_edit.errors import ConfigError
 from lightning_edit.evaluation import CaseScorer, ScoringConfig
 from lightning_edit.judges.kind import Generation

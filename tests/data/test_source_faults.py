@@ -14,10 +14,9 @@ from lightning_edit.data.sources import LOCK_FILE, DataSource, DataSourceError, 
 from tests.data.test_sources import closed_port_url
 
 
-def register(name: str, filename: str) -> None:
-    from lightning_edit.data.sources import register_source
-
-    register_source(DataSource(name, (SourceFile(filename, closed_port_url(filename)),), "not stated", "https://x.org"))
+def offline(name: str, filename: str) -> DataSource:
+    """A one-file source whose URL is a closed port."""
+    return DataSource(name, (SourceFile(filename, closed_port_url(filename)),), "not stated", "https://x.org")
 
 
 def write_archive(path: Path, members: dict[str, str]) -> str:
@@ -35,10 +34,10 @@ def files_under(folder: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("lock", ["updated", "deleted"])
 def test_an_archive_replaced_by_hand_is_extracted_anew(cache, lock):
-    register("rules", "rules.zip")
+    source = offline("rules", "rules.zip")
     archive = cache / "rules" / "rules.zip"
     write_archive(archive, {"rules/0/f_d.json": "old", "rules/1/f_d.json": "old only"})
-    folder = fetch("rules")
+    folder = fetch(source)
     assert files_under(folder) == {"rules/0/f_d.json": "old", "rules/1/f_d.json": "old only"}
 
     new = write_archive(archive, {"rules/0/f_d.json": "new"})  # the user replaces the archive
@@ -47,27 +46,27 @@ def test_an_archive_replaced_by_hand_is_extracted_anew(cache, lock):
         lock_path.write_text(json.dumps({"rules.zip": {"sha256": new, "url": None}}))
     else:
         lock_path.unlink()
-    assert fetch("rules") == folder
+    assert fetch(source) == folder
     assert files_under(folder) == {"rules/0/f_d.json": "new"}  # nothing of the old archive is read
     assert json.loads(lock_path.read_text())["rules.zip"]["sha256"] == new
 
-    assert fetch("rules") == folder and files_under(folder) == {"rules/0/f_d.json": "new"}  # unchanged: kept
+    assert fetch(source) == folder and files_under(folder) == {"rules/0/f_d.json": "new"}  # unchanged: kept
 
 
 def test_a_folder_extracted_by_an_earlier_version_is_extracted_anew(cache):
     """A cache extracted before the folder was tied to its archive's hash (no record of it) is extracted again."""
-    register("rules", "rules.zip")
+    source = offline("rules", "rules.zip")
     archive = cache / "rules" / "rules.zip"
     write_archive(archive, {"rules/0/f_d.json": "new"})
     stale = cache / "rules" / "rules" / "rules" / "0" / "f_d.json"
     stale.parent.mkdir(parents=True)
     stale.write_text("stale")
-    assert files_under(fetch("rules")) == {"rules/0/f_d.json": "new"}
+    assert files_under(fetch(source)) == {"rules/0/f_d.json": "new"}
 
 
 @pytest.mark.parametrize("placed", [True, False], ids=["placed by hand", "not downloaded yet"])
 def test_a_lock_file_that_is_a_folder_is_one_line_and_leaves_nothing(cache, placed):
-    register("facts", "facts.json")
+    source = offline("facts", "facts.json")
     folder = cache / "facts"
     (folder / LOCK_FILE).mkdir(parents=True)
     if placed:
@@ -75,7 +74,7 @@ def test_a_lock_file_that_is_a_folder_is_one_line_and_leaves_nothing(cache, plac
     before = sorted(p.name for p in folder.iterdir())
 
     with pytest.raises(DataSourceError) as error:
-        fetch("facts")
+        fetch(source)
     message = str(error.value)
     assert message.startswith(f"{folder / LOCK_FILE}: ") and "\n" not in message
     assert "not a file" in message and "delete it" in message
@@ -84,14 +83,14 @@ def test_a_lock_file_that_is_a_folder_is_one_line_and_leaves_nothing(cache, plac
 
 
 def test_a_lock_file_that_cannot_be_written_is_one_line_and_leaves_nothing(cache):
-    register("facts", "facts.json")
+    source = offline("facts", "facts.json")
     folder = cache / "facts"
     folder.mkdir(parents=True)
     (folder / "facts.json").write_text('[{"fact": 1}]')
     (folder / (LOCK_FILE + ".tmp")).mkdir()  # where the lock is written first: cannot be a file
 
     with pytest.raises(DataSourceError) as error:
-        fetch("facts")
+        fetch(source)
     message = str(error.value)
     assert message.startswith(f"{folder / LOCK_FILE}: cannot write") and "\n" not in message
     assert sorted(p.name for p in folder.iterdir()) == ["facts.json", LOCK_FILE + ".tmp"]

@@ -1,4 +1,5 @@
-"""Named data sources: download, checksum, lock file, cache, zip, manual step and the DataModule wire-up.
+"""Data sources: download, checksum, lock file, cache, zip, manual step and the DataModule wire-up (each DataModule
+declares its own sources).
 
 No network: files are served by a real HTTP server on 127.0.0.1 from a temporary folder, and "no network" is a
 closed port.
@@ -18,19 +19,9 @@ from types import SimpleNamespace
 import huggingface_hub.constants
 import pytest
 
-from lightning_edit.data import CounterFact
-from lightning_edit.data.bake import BAKE
-from lightning_edit.data.sources import (
-    CACHE_ENV,
-    LOCK_FILE,
-    DataSource,
-    DataSourceError,
-    SourceFile,
-    fetch,
-    is_known,
-    local_path,
-    register_source,
-)
+from lightning_edit.data import BAKE, CaseEdit, CounterFact, DataFormatError, RuleEdit, ScEdit, ZsRE
+from lightning_edit.data.bake import BAKE_JUDGE, BAKE_QA
+from lightning_edit.data.sources import CACHE_ENV, LOCK_FILE, DataSource, DataSourceError, SourceFile, fetch, local_path
 from lightning_edit.resources import resolve_path
 
 COUNTERFACT = resolve_path("builtin:data/counterfact-rome.json")
@@ -96,13 +87,12 @@ def files_under(folder: Path) -> list[Path]:
 def test_download_with_published_checksum_then_cached(server, cache):
     data = b'[{"fact": 1}]'
     url = server.serve("dsets/facts.json", data)
-    register_source(DataSource("facts", (SourceFile("facts.json", url, sha256(data)),), "not stated", server.url))
-    assert is_known("facts")
+    source = DataSource("facts", (SourceFile("facts.json", url, sha256(data)),), "not stated", server.url)
 
-    path = fetch("facts")
+    path = fetch(source)
     assert path == cache / "facts" / "facts.json" and path.read_bytes() == data
     assert files_under(cache) == [path]  # a published checksum needs no lock file
-    assert fetch("facts") == path == local_path("facts")
+    assert fetch(source) == path == local_path(source)
     assert server.requests == {"/dsets/facts.json": 1}  # the second run did not download
 
 
@@ -110,10 +100,10 @@ def test_checksum_mismatch_is_one_clear_line_and_keeps_nothing(server, cache):
     data = b"changed upstream"
     url = server.serve("facts.json", data)
     expected = sha256(b"as published")
-    register_source(DataSource("facts", (SourceFile("facts.json", url, expected),), "not stated", server.url))
+    source = DataSource("facts", (SourceFile("facts.json", url, expected),), "not stated", server.url)
 
     with pytest.raises(DataSourceError) as error:
-        fetch("facts")
+        fetch(source)
     message = str(error.value)
     assert "\n" not in message
     for part in ("facts.json", url, expected, sha256(data), "checksum mismatch"):
@@ -123,10 +113,10 @@ def test_checksum_mismatch_is_one_clear_line_and_keeps_nothing(server, cache):
 
 def test_no_network_names_the_url_and_the_manual_step(cache):
     url = closed_port_url("facts.json")
-    register_source(DataSource("facts", (SourceFile("facts.json", url),), "not stated", "https://example.org"))
+    source = DataSource("facts", (SourceFile("facts.json", url),), "not stated", "https://example.org")
 
     with pytest.raises(DataSourceError) as error:
-        fetch("facts")
+        fetch(source)
     message = str(error.value)
     assert f"download {url} and put it at {cache / 'facts' / 'facts.json'}" in message
     assert CACHE_ENV in message and "--data.path" in message
@@ -136,10 +126,10 @@ def test_no_network_names_the_url_and_the_manual_step(cache):
 def test_unknown_checksum_is_locked_at_the_first_download(server, cache, caplog):
     first = b"first version"
     url = server.serve("facts.json", first)
-    register_source(DataSource("facts", (SourceFile("facts.json", url),), "not stated", server.url))
+    source = DataSource("facts", (SourceFile("facts.json", url),), "not stated", server.url)
 
     with caplog.at_level(logging.WARNING, logger="lightning_edit.data.sources"):
-        path = fetch("facts")
+        path = fetch(source)
     lock = cache / "facts" / LOCK_FILE
     assert json.loads(lock.read_text()) == {"facts.json": {"sha256": sha256(first), "url": url}}
     assert sha256(first) in caplog.text and str(lock) in caplog.text
@@ -148,24 +138,26 @@ def test_unknown_checksum_is_locked_at_the_first_download(server, cache, caplog)
     server.serve("facts.json", b"second version")
     path.unlink()
     with pytest.raises(DataSourceError) as error:
-        fetch("facts")
+        fetch(source)
     message = str(error.value)
     for part in (url, sha256(first), sha256(b"second version"), str(lock)):
         assert part in message
     assert files_under(cache) == [lock]
 
 
-def placed_by_hand(cache, name: str, data: bytes, lock: bytes | None = None, sha256: str | None = None) -> Path:
-    """A one-file source ``name`` without network whose file (and lock file) are put in place by hand."""
+def placed_by_hand(
+    cache, name: str, data: bytes, lock: bytes | None = None, sha256: str | None = None
+) -> tuple[DataSource, Path]:
+    """A one-file source ``name`` without network whose file (and lock file) are put in place by hand, and the file."""
     url = closed_port_url(f"{name}.json")
-    register_source(DataSource(name, (SourceFile(f"{name}.json", url, sha256),), "not stated", "https://x.org"))
+    source = DataSource(name, (SourceFile(f"{name}.json", url, sha256),), "not stated", "https://x.org")
     folder = cache / name
     folder.mkdir(parents=True)
     if lock is not None:
         (folder / LOCK_FILE).write_bytes(lock)
     path = folder / f"{name}.json"
     path.write_bytes(data)
-    return path
+    return source, path
 
 
 @pytest.mark.parametrize(
@@ -183,9 +175,9 @@ def placed_by_hand(cache, name: str, data: bytes, lock: bytes | None = None, sha
     ids=["a list", "a string entry", "no sha256", "a number", "not UTF-8"],
 )
 def test_a_hand_edited_lock_file_is_one_line_naming_it(cache, lock, message):
-    path = placed_by_hand(cache, "facts", b'[{"fact": 1}]', lock)
+    source, path = placed_by_hand(cache, "facts", b'[{"fact": 1}]', lock)
     with pytest.raises(DataSourceError, match=message) as error:
-        fetch("facts")
+        fetch(source)
     assert str(error.value).startswith(f"{path.parent / LOCK_FILE}: ") and "\n" not in str(error.value)
     assert "delete it" in str(error.value)
 
@@ -193,10 +185,10 @@ def test_a_hand_edited_lock_file_is_one_line_naming_it(cache, lock, message):
 def test_upper_case_hashes_match(cache):
     data = b'[{"fact": 1}]'
     lock = json.dumps({"facts.json": {"sha256": sha256(data).upper(), "url": None}}).encode()
-    path = placed_by_hand(cache, "facts", data, lock)
-    assert fetch("facts") == path
-    path = placed_by_hand(cache, "published", data, sha256=sha256(data).upper())
-    assert fetch("published") == path
+    source, path = placed_by_hand(cache, "facts", data, lock)
+    assert fetch(source) == path
+    source, path = placed_by_hand(cache, "published", data, sha256=sha256(data).upper())
+    assert fetch(source) == path
 
 
 def test_zip_source_is_extracted_once(server, cache, tmp_path):
@@ -205,15 +197,15 @@ def test_zip_source_is_extracted_once(server, cache, tmp_path):
         bundle.writestr("rules/0/f_d.json", "[]")
         bundle.writestr("rules/0/ins.json", "[]")
     url = server.serve("rules.zip", archive.read_bytes())
-    register_source(DataSource("rules", (SourceFile("rules.zip", url),), "not stated", server.url))
+    source = DataSource("rules", (SourceFile("rules.zip", url),), "not stated", server.url)
 
-    folder = fetch("rules")
+    folder = fetch(source)
     assert folder == cache / "rules" / "rules"
     assert sorted(p.relative_to(folder).as_posix() for p in files_under(folder)) == [
         "rules/0/f_d.json",
         "rules/0/ins.json",
     ]
-    assert fetch("rules") == folder and server.requests == {"/rules.zip": 1}
+    assert fetch(source) == folder and server.requests == {"/rules.zip": 1}
 
 
 def rules_archive(path: Path) -> bytes:
@@ -234,10 +226,10 @@ def test_a_truncated_archive_is_one_line_and_locks_no_hash(server, cache, tmp_pa
         path.write_bytes(partial)
     else:
         url = server.serve("rules.zip", partial)
-    register_source(DataSource("rules", (SourceFile("rules.zip", url),), "not stated", server.url))
+    source = DataSource("rules", (SourceFile("rules.zip", url),), "not stated", server.url)
 
     with pytest.raises(DataSourceError) as error:
-        fetch("rules")
+        fetch(source)
     message = str(error.value)
     assert f"{path} is not a complete zip archive" in message and "\n" not in message, message
     assert not (cache / "rules" / LOCK_FILE).exists() and not (cache / "rules" / "rules").exists()
@@ -245,41 +237,62 @@ def test_a_truncated_archive_is_one_line_and_locks_no_hash(server, cache, tmp_pa
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(whole)  # the whole archive, put where the message said
-    assert fetch("rules") == cache / "rules" / "rules"
+    assert fetch(source) == cache / "rules" / "rules"
     assert json.loads((cache / "rules" / LOCK_FILE).read_text())["rules.zip"]["sha256"] == sha256(whole)
 
 
 def test_manual_step_file_placed_by_hand(cache):
     data = b'[{"fact": 2}]'
     url = closed_port_url("facts.json")
-    register_source(DataSource("facts", (SourceFile("facts.json", url, sha256(data)),), "not stated", "https://x.org"))
+    source = DataSource("facts", (SourceFile("facts.json", url, sha256(data)),), "not stated", "https://x.org")
     with pytest.raises(DataSourceError, match="put it at"):
-        fetch("facts")
+        fetch(source)
 
     path = cache / "facts" / "facts.json"  # where the message said to put it
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"a wrong copy")
     with pytest.raises(DataSourceError, match="placed by hand") as error:
-        fetch("facts")
+        fetch(source)
     assert sha256(b"a wrong copy") in str(error.value) and path.exists()  # the user's file is not deleted
 
     path.write_bytes(data)
-    assert fetch("facts") == path  # accepted without network
+    assert fetch(source) == path  # accepted without network
 
 
 def test_source_without_url_is_manual_only(cache):
-    register_source(
-        DataSource("rules", (SourceFile("rules.zip", None),), "not stated", "https://x.org", manual="ask the authors")
+    source = DataSource(
+        "rules", (SourceFile("rules.zip", None),), "not stated", "https://x.org", manual="ask the authors"
     )
     with pytest.raises(DataSourceError, match=r"no download URL is known; obtain rules\.zip \(ask the authors\)"):
-        fetch("rules")
+        fetch(source)
 
 
-def test_register_source_refuses_a_taken_name(cache):
-    with pytest.raises(ValueError, match="already registered"):
-        register_source(DataSource("counterfact", (SourceFile("c.json", None),), "not stated", "https://x.org"))
-    assert all(is_known(name) for name in ("counterfact", "zsre", "bake-qa", "bake-judge", "scedit-cf", "scedit-t"))
-    assert is_known("ruleedit-200") and not is_known("nothing")
+def test_each_datamodule_declares_its_own_sources():
+    declared = {
+        cls.__name__: [source.name for source in cls.sources]
+        for cls in (CounterFact, ZsRE, BAKE, ScEdit, RuleEdit, CaseEdit)
+    }
+    assert declared == {
+        "CounterFact": ["counterfact"],
+        "ZsRE": ["zsre"],
+        "BAKE": ["bake-qa", "bake-judge"],
+        "ScEdit": ["scedit-cf", "scedit-t"],
+        "RuleEdit": ["ruleedit-200"],
+        "CaseEdit": [],  # no published file
+    }
+    with pytest.raises(ValueError, match="has no files"):
+        DataSource("empty", (), "not stated", "https://x.org")
+
+
+def test_a_name_no_source_of_the_datamodule_is_one_line_listing_its_sources(tmp_path, cache, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataFormatError) as error:
+        ZsRE("counterfact").prepare_data()  # another benchmark's source, no file of that name
+    assert str(error.value) == "counterfact: no such file or folder, nor a data source of ZsRE (zsre)"
+    with pytest.raises(DataFormatError) as error:
+        BAKE("bake-q").setup()
+    assert str(error.value) == "bake-q: no such file or folder, nor a data source of BAKE (bake-qa, bake-judge)"
+    assert files_under(cache) == []
 
 
 def test_hugging_face_dataset_through_huggingface_hub(server, cache, monkeypatch):
@@ -288,10 +301,10 @@ def test_hugging_face_dataset_through_huggingface_hub(server, cache, monkeypatch
     monkeypatch.setenv("HF_ENDPOINT", server.url)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
 
-    path = fetch("bake-qa")
+    path = fetch(BAKE_QA)
     assert path == cache / "bake-qa" / "BAKE_qa.json" and path.read_bytes() == data
     assert json.loads((cache / "bake-qa" / LOCK_FILE).read_text())["BAKE_qa.json"]["sha256"] == sha256(data)
-    assert fetch("bake-qa") == path
+    assert fetch(BAKE_QA) == path
     assert server.requests == {"/datasets/jym7/BAKE/resolve/main/BAKE_qa.json": 1}
 
 
@@ -299,7 +312,7 @@ def test_hugging_face_dataset_without_network(cache, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", closed_port_url("").rstrip("/"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1, nothing cached
     with pytest.raises(DataSourceError) as error:
-        fetch("bake-judge")
+        fetch(BAKE_JUDGE)
     message = str(error.value)
     assert "BAKE_judge.json" in message and "jym7/BAKE" in message
     assert f"put it at {cache / 'bake-judge' / 'BAKE_judge.json'}" in message
@@ -309,15 +322,19 @@ def test_hugging_face_dataset_without_network(cache, monkeypatch):
 def test_datamodule_downloads_in_prepare_data_and_loads_in_setup(server, cache):
     data = COUNTERFACT.read_bytes()
     url = server.serve("counterfact.json", data)
-    register_source(DataSource("cf-test", (SourceFile("counterfact.json", url, sha256(data)),), "MIT", server.url))
+
+    class Served(CounterFact):
+        """CounterFact with a source of its own, at the test server."""
+
+        sources = (DataSource("cf-test", (SourceFile("counterfact.json", url, sha256(data)),), "MIT", server.url),)
 
     with pytest.raises(DataSourceError, match="not downloaded"):  # setup alone never downloads
-        CounterFact("cf-test").setup()
-    dm = CounterFact("cf-test", limit=3)
+        Served("cf-test").setup()
+    dm = Served("cf-test", limit=3)
     dm.prepare_data()
     dm.setup()
     assert dm.path == str(cache / "cf-test" / "counterfact.json") and len(dm.cases) == 3
-    other_process = CounterFact("cf-test")
+    other_process = Served("cf-test")
     other_process.setup()
     assert len(other_process.cases) == 8 and server.requests == {"/counterfact.json": 1}
 
@@ -325,10 +342,14 @@ def test_datamodule_downloads_in_prepare_data_and_loads_in_setup(server, cache):
 def test_bake_variant_picks_its_file(server, cache):
     data = TOY_BAKE.read_bytes()
     url = server.serve("BAKE_qa.json", data)
-    register_source(DataSource("bake-qa", (SourceFile("BAKE_qa.json", url),), "not stated", server.url), replace=True)
+
+    class Served(BAKE):
+        """BAKE whose BAKE-Q&J file is at the test server."""
+
+        sources = (DataSource("bake-qa", (SourceFile("BAKE_qa.json", url),), "not stated", server.url), BAKE_JUDGE)
 
     assert BAKE("bake", variant="judge").source_name() == "bake-judge"
-    dm = BAKE("bake", variant="qa", limit=5)
+    dm = Served("bake", variant="qa", limit=5)
     dm.prepare_data()
     dm.setup()
     assert dm.path == str(cache / "bake-qa" / "BAKE_qa.json") and len(dm.cases) == 5

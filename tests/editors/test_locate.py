@@ -8,14 +8,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-import lightning_edit.editors.locate as locate
+import lightning_edit.editors.context_templates as templates_module
 from lightning_edit.cases import EditRequest
-from lightning_edit.editors.locate import (
+from lightning_edit.editors.context_templates import (
     WORD_SEED_PROMPTS,
     ContextTemplateCache,
     bare_and_prefixed,
-    compute_keys,
     context_templates,
+)
+from lightning_edit.editors.locate import (
+    compute_keys,
     encode_fact_prompt,
     fact_token_activations,
     fact_token_index,
@@ -96,13 +98,13 @@ def test_context_templates_are_seeded_and_well_formed(tiny_lm):
 def test_context_template_cache_is_keyed_by_model(tiny_lm, monkeypatch):
     model, tokenizer = tiny_lm
     calls = []
-    real_generate = locate.generate
+    real_generate = templates_module.generate
 
     def counting_generate(*args, **kwargs):
         calls.append(args[0])
         return real_generate(*args, **kwargs)
 
-    monkeypatch.setattr(locate, "generate", counting_generate)
+    monkeypatch.setattr(templates_module, "generate", counting_generate)
     cache = ContextTemplateCache()
     first = cache.get(model, tokenizer, ((5, 2),), seed=3)
     assert cache.get(model, tokenizer, ((5, 2),), seed=3) == first and len(calls) == 1

@@ -108,6 +108,7 @@ def loopback_judge(chat_server, tmp_path) -> tuple[dict, dict]:
             "api_key_env": "JUDGE_TEST_KEY",
             "max_retries": 0,
             "cache_dir": str(tmp_path / "cache"),
+            "template": "rule_edit",  # RULE-EDIT's, named: a judge's default is the generic answer_correct
         },
     }
     return spec, {"JUDGE_TEST_KEY": KEY, "NO_PROXY": "127.0.0.1,localhost"}

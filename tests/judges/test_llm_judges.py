@@ -6,7 +6,8 @@ import torch
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges import ExactMatchJudge, JudgeInput, LocalLMJudge, SymbolicMathJudge, build_judge, local_lm
 from lightning_edit.judges.base import JudgeStats
-from lightning_edit.judges.llm import TEMPLATES, load_template, parse_verdict, render
+from lightning_edit.judges.llm import load_template, parse_verdict, render
+from lightning_edit.judges.template_files import shipped_templates
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 
 
@@ -62,7 +63,7 @@ def test_shipped_templates_render_with_their_fields():
         "Take the train to Marseille.",
         {"prompt": "The Eiffel Tower is in", "target_true": "Paris", "target_new": "Marseille", "stage": "post"},
     )
-    for name in TEMPLATES:
+    for name in shipped_templates():
         messages = render(load_template(name)[1], item)
         assert [m["role"] for m in messages] == ["system", "user"]
         assert "Take the train to Marseille." in messages[1]["content"] and "{prediction}" not in messages[1]["content"]

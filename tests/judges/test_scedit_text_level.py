@@ -16,7 +16,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lightning_edit.cli import build_cli
-from lightning_edit.data.scedit import TEXT_METRICS
+from lightning_edit.data.scedit.datamodule import TEXT_METRICS
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges import JudgeInput, LocalLMJudge
 from lightning_edit.judges.llm import render

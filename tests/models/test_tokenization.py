@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from lightning_edit.data.base import read_records
+from lightning_edit.data.records import read_records
 from lightning_edit.models.tokenization import (
     encode_prompt,
     encode_prompt_target,

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
+from lightning_edit.data.caseedit.multiple_choice import LETTERS, Choices, letter_token_ids, run_choices
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.resources import resolve_path
 from lightning_edit.scoring import cut_at_stop, generate
-from lightning_edit.scoring.multiple_choice import LETTERS, Choices, letter_token_ids, run_choices
 
 PROMPTS = ["Question: where is Paris? Answer:", "The capital of France is", "A"]
 

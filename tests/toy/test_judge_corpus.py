@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from lightning_edit.cli import build_cli
-from lightning_edit.data.scedit import TEXT_METRICS
+from lightning_edit.data.scedit.datamodule import TEXT_METRICS
 from lightning_edit.judges import JudgeInput, LocalLMJudge
-from lightning_edit.judges.llm import TEMPLATES, parse_verdict, render
+from lightning_edit.judges.llm import parse_verdict, render
+from lightning_edit.judges.template_files import shipped_templates
 from lightning_edit.models.loading import ModelSource, load_tokenizer
 from lightning_edit.resources import resolve_path
 from lightning_edit.toy.judge_corpus import JudgeCorpus, fixed_pieces, judge_prompt, reply, template_pieces
@@ -55,7 +56,7 @@ def test_a_reply_parses_to_the_rule_s_rating():
     for template in SCALES:
         rating = RULES[template](FAULTY, CONTEXT)
         text = reply(template, rating)
-        assert parse_verdict(text, "likert7", TEMPLATES[template][1]) == (rating.score, rating.reason)
+        assert parse_verdict(text, "likert7", shipped_templates()[template].key) == (rating.score, rating.reason)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_every_item_is_the_prompt_the_judge_reads_then_the_rule_s_reply(small):
             prompt = judge_prompt(template, example.script, example.context)
             text = example.text(template)
             assert text.startswith(prompt) and "\n" not in text[len(prompt) :]
-            score, _ = parse_verdict(text[len(prompt) :], "likert7", TEMPLATES[template][1])
+            score, _ = parse_verdict(text[len(prompt) :], "likert7", shipped_templates()[template].key)
             assert score == example.rating(template).score and 1 <= score <= 7
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lightning_edit.generators.ruleedit import (
+from lightning_edit.data.ruleedit.generator import (
     DESCRIPTION_PROMPT,
     DESCRIPTION_REPHRASES,
     FORMULA_PROMPT,
@@ -20,7 +20,7 @@ from lightning_edit.generators.ruleedit import (
     formula_prompt,
     target,
 )
-from lightning_edit.generators.ruleedit_rules import RULES
+from lightning_edit.data.ruleedit.rules import RULES
 from lightning_edit.models.tokenization import encode_prompt_target
 from lightning_edit.resources import resolve_path
 from lightning_edit.toy.rule_corpus import KINDS, RuleCorpus, rule_prompts, training_text

@@ -1,4 +1,4 @@
-"""Multiple-choice scoring (CaseEdit, Reddy & Kuo 2025, arXiv 2505.19383, §4 and Appendix 8.4).
+"""CaseEdit's multiple-choice scoring (Reddy & Kuo 2025, arXiv 2505.19383, §4 and Appendix 8.4): its score kinds.
 
 One :class:`Choices` request gives a prompt's distribution over its options, computed once and shared by every
 multiple-choice kind of the prompt. Two conventions:
@@ -151,8 +151,11 @@ class MultipleChoice(ScoreKind):
 
     def __init__(self, convention: Convention, quantity: str):
         label, meaning, higher = QUANTITIES[quantity]
-        self.convention_name, self.quantity = convention, quantity
-        self.name, self.label, self.higher_is_better = kind_name(convention, quantity), label, higher
+        self.convention_name = convention
+        self.quantity = quantity
+        self.name = kind_name(convention, quantity)
+        self.label = label
+        self.higher_is_better = higher
         self.convention = f"{meaning}; {convention}: {CONVENTIONS[convention]}"
 
     def requests(self, item: PromptItem, config) -> list[Request]:

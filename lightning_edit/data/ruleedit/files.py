@@ -1,6 +1,6 @@
 """How RuleEdit-200's files are laid out and written: rule folders (``f_d.json`` and ``ins.json``, numbered, maybe one
 folder down), and fields given as a string or a list, answers as a string or a list of aliases, subjects written in
-another case than the prompt writes them. :mod:`lightning_edit.data.ruleedit` builds the cases.
+another case than the prompt writes them. :mod:`~lightning_edit.data.ruleedit.datamodule` builds the cases.
 
 The loader reads the format's quirks as they are: ``Rule_Understanding`` strings in ``f_d.json`` but lists [formula,
 description] in ``ins.json``, ``ground_truth`` a list or absent, any number of instances. A file that cannot be read
@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lightning_edit.data.base import DataFormatError, RecordReader
+from lightning_edit.data.records import RecordReader
+from lightning_edit.errors import DataFormatError
 
 FILES = {"f_d.json": ("formula", "description"), "ins.json": ("instance",)}
 
@@ -35,7 +36,8 @@ def rule_folders(root: Path, skip: Callable[..., None]) -> list[Path]:
     folders.sort(key=folder_order)
     if not folders:
         raise DataFormatError(root, "no rule folders found")
-    kept, first = [], {}
+    kept = []
+    first = {}
     for folder in folders:
         files = tuple((folder / name).read_bytes() if (folder / name).is_file() else None for name in FILES)
         keys = [("files", files)] if any(files) else []

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from lightning_edit.data import CaseEdit
-from lightning_edit.generators.caseedit import CaseEditPipeline, main, openai_chat
+from lightning_edit.data.caseedit.generator import CaseEditPipeline, main, openai_chat
 
 SEEDS = [
     {"subject": "Butter Knife", "relation": "ObjectUse", "ground_truth": "Spreading and cutting"},

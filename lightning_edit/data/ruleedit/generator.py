@@ -1,6 +1,6 @@
-"""Generate RULE-EDIT records in the RuleEdit-200 format from the rule table (:mod:`.ruleedit_rules`).
+"""Generate RULE-EDIT records in the RuleEdit-200 format from the rule table (:mod:`.rules`).
 
-``python -m lightning_edit.generators.ruleedit --out DIR [--seed 0]`` writes, per rule, ``DIR/<id>/f_d.json``
+``python -m lightning_edit.data.ruleedit.generator --out DIR [--seed 0]`` writes, per rule, ``DIR/<id>/f_d.json``
 (2 records: the formula edit and the description edit, each one's ``Rule_Understanding`` asking for the other view)
 and ``DIR/<id>/ins.json`` (1 record: an instance edit, ``Rule_Understanding`` as lists [formula, description]), the
 field names and shapes of RuleEdit-200 (DMLE, arXiv 2604.08284), so :class:`~lightning_edit.data.ruleedit.RuleEdit`
@@ -27,7 +27,7 @@ from typing import Any
 import sympy
 
 from lightning_edit import tools
-from lightning_edit.generators.ruleedit_rules import (
+from lightning_edit.data.ruleedit.rules import (
     BY_KEY,
     HIERARCHY,
     IDENTIFIER,
@@ -112,7 +112,8 @@ def draw(rule: Rule, rng: random.Random) -> dict[str, sympy.Rational]:
     for _ in range(_TRIES):
         values = {}
         for variable in rule.variables:
-            low, step = sympy.Rational(str(variable.low)), sympy.Rational(str(variable.step))
+            low = sympy.Rational(str(variable.low))
+            step = sympy.Rational(str(variable.step))
             values[variable.symbol] = low + step * rng.randint(0, round((variable.high - variable.low) / variable.step))
         if rule.valid(values) and answer(rule, values, False) != answer(rule, values, True):
             return values
@@ -158,14 +159,17 @@ def steps(rule: Rule, values: dict[str, sympy.Expr], counterfactual: bool) -> st
         value = parse(definition).subs(known)
         parts.append(f"{symbol} = {substitute(definition, shown)} = {format_number(value)}")
         shown[symbol], known[sympy.Symbol(symbol, positive=True)] = format_number(value), value
-    rhs, value = substitute(rule.rhs_text(counterfactual), shown), answer(rule, values, counterfactual)
+    rhs = substitute(rule.rhs_text(counterfactual), shown)
+    value = answer(rule, values, counterfactual)
     parts.append(f"{rule.lhs} = {value}" if rhs == value else f"{rule.lhs} = {rhs} = {value}")
     return "; ".join(parts)
 
 
 def instances(rule: Rule, rng: random.Random, count: int = INSTANCES) -> dict[str, list[str]]:
     """``count`` instances, direct-answer and step-by-step alternately, each with its edited and original answer."""
-    prompts, new, true = [], [], []
+    prompts = []
+    new = []
+    true = []
     for index in range(count):
         values = draw(rule, rng)
         given = instance_given(rule, values)
@@ -259,10 +263,13 @@ def composed(pair: Hierarchy, counterfactual: bool) -> str:
 
 def hierarchy_record(pair: Hierarchy, index: int, seed: int = 0) -> dict[str, Any]:
     """One 2D -> 3D record: the 2D formula edit and the 3D formula and instances as the edit implies them."""
-    lower, upper = BY_KEY[pair.lower], BY_KEY[pair.upper]
+    lower = BY_KEY[pair.lower]
+    upper = BY_KEY[pair.upper]
     edited = _with_formula(upper, composed(pair, True))
     rng = random.Random(seed * 100_003 + 1000 + index)
-    prompts, new, true = [formula_prompt(upper)], [edited.formula + "."], [upper.formula + "."]
+    prompts = [formula_prompt(upper)]
+    new = [edited.formula + "."]
+    true = [upper.formula + "."]
     for number in range(2):
         values = draw(edited, rng)
         given = instance_given(upper, values)
@@ -346,7 +353,7 @@ def generate(out: str | Path, seed: int = 0) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The command line: ``python -m lightning_edit.generators.ruleedit --out DIR [--seed N]``."""
+    """The command line: ``python -m lightning_edit.data.ruleedit.generator --out DIR [--seed N]``."""
     parser = tools.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the output folder (the shipped copy: lightning_edit/assets/...)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")

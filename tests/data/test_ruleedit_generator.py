@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 import sympy
 
-from lightning_edit.generators.ruleedit import DECIMALS, description_prompt, format_number, formula_prompt, generate
-from lightning_edit.generators.ruleedit_rules import BY_KEY, HIERARCHY, RULES, Rule, parse
+from lightning_edit.data.ruleedit.generator import DECIMALS, description_prompt, format_number, formula_prompt, generate
+from lightning_edit.data.ruleedit.rules import BY_KEY, HIERARCHY, RULES, Rule, parse
 from lightning_edit.resources import resolve_path
 
 DATA = resolve_path("builtin:data/ruleedit")

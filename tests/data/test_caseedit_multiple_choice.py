@@ -16,10 +16,10 @@ import torch
 from transformers import AutoTokenizer
 
 from lightning_edit.data import CaseEdit
+from lightning_edit.data.caseedit.multiple_choice import entropy_bits, letter_tokens
 from lightning_edit.evaluation import CaseScorer, ScoringConfig
 from lightning_edit.models.tokenization import encode_prompt, encode_prompt_target, format_prompt
 from lightning_edit.resources import resolve_path
-from lightning_edit.scoring.multiple_choice import entropy_bits, letter_tokens
 
 SPACED = [0.5, 0.2, 0.15, 0.1, 0.05]  # next-token probabilities of the letter tokens after a space, A-E
 BARE = [0.05, 0.1, 0.15, 0.2, 0.5]  # of the bare letters

@@ -1,5 +1,6 @@
-"""CaseEdit (Reddy & Kuo 2025, "CaseEdit: Enhancing Localized Commonsense Reasoning via Null-Space Constrained
-Knowledge Editing in Small Parameter Language Models", arXiv 2505.19383): household commonsense edits.
+"""CaseEdit, the DataModule of CaseEdit (Reddy & Kuo 2025, "CaseEdit: Enhancing Localized Commonsense Reasoning via
+Null-Space Constrained Knowledge Editing in Small Parameter Language Models", arXiv 2505.19383): household commonsense
+edits.
 
 An edit changes what one household's object is used for, where it is kept or what it is like, from the typical
 ``ground_truth`` to an atypical ``target_new``. Each edit has four five-option questions (options under letters
@@ -7,7 +8,7 @@ A-E in random order; paper §3): reliability and generalization expect the new t
 the edit must not change, portability applies the new truth. No official data or field names are published; the
 schema below is the project's (docs/benchmarks.md#caseedit).
 
-Scoring (paper §4.3, Appendix 8.4; :mod:`lightning_edit.scoring.multiple_choice`): per question, the five-way
+Scoring (paper §4.3, Appendix 8.4; :mod:`~lightning_edit.data.caseedit.multiple_choice`): per question, the five-way
 distribution gives accuracy (the correct option most probable), its Shannon entropy in bits, and the probability of
 the new truth, of the previous truth and of the distractors (summed), wherever their letters fall. ``convention:
 letter`` (the paper's) lists the options and reads the next-token logits of the letters; ``cloze`` compares the
@@ -20,10 +21,8 @@ import math
 from typing import Any, Literal
 
 from lightning_edit.cases import EditCase, EditRequest, PromptGroup
-from lightning_edit.data.base import EditDataModule, RecordReader, read_records
-from lightning_edit.models.tokenization import format_prompt
-from lightning_edit.scoring.kinds import ScoreKind
-from lightning_edit.scoring.multiple_choice import (
+from lightning_edit.data.base import EditDataModule
+from lightning_edit.data.caseedit.multiple_choice import (
     LETTERS,
     MULTIPLE_CHOICE_KINDS,
     QUANTITIES,
@@ -31,6 +30,9 @@ from lightning_edit.scoring.multiple_choice import (
     kind_name,
     letter_tokens,
 )
+from lightning_edit.data.records import RecordReader, read_records
+from lightning_edit.models.tokenization import format_prompt
+from lightning_edit.scoring.kinds import ScoreKind
 
 QUESTIONS = ("reliability", "generalization", "locality", "portability")
 PAPER_RELATIONS = ("ObjectUse", "HasProperty", "AtLocation")  # ATOMIC2020 physical-entity relations (paper §3)
@@ -49,7 +51,8 @@ def parse_record(reader: RecordReader) -> dict[str, Any]:
     relation = reader.string("relation")
     if not relation.strip():
         raise reader.error("relation", "empty relation")
-    ground_truth, target_new = reader.answer("ground_truth"), reader.answer("target_new")
+    ground_truth = reader.answer("ground_truth")
+    target_new = reader.answer("target_new")
     if ground_truth.strip().casefold() == target_new.strip().casefold():
         raise reader.error("target_new", f"the new truth {target_new!r} is the ground truth")
     parsed: dict[str, Any] = {
@@ -145,10 +148,11 @@ class CaseEdit(EditDataModule):
         **kwargs: Any,
     ):
         super().__init__(path, **kwargs)
-        self.convention, self.answer_cue = convention, answer_cue
+        self.convention = convention
+        self.answer_cue = answer_cue
 
     def own_kinds(self) -> list[ScoreKind]:
-        """The multiple-choice kinds (:mod:`lightning_edit.scoring.multiple_choice`), both conventions."""
+        """The multiple-choice kinds (:mod:`~lightning_edit.data.caseedit.multiple_choice`), both conventions."""
         return list(MULTIPLE_CHOICE_KINDS)
 
     def load_cases(self) -> list[EditCase]:
@@ -160,11 +164,13 @@ class CaseEdit(EditDataModule):
 
     def _case(self, reader: RecordReader) -> EditCase:
         record = parse_record(reader)
-        new, true = record["target_new"], record["ground_truth"]
+        new = record["target_new"]
+        true = record["ground_truth"]
         request = EditRequest(record["prompt"], record["subject"], new, true, {"relation": record["relation"]})
         groups = {}
         for name, question in record["questions"].items():
-            options, answer = question["options"], question["answer"]
+            options = question["options"]
+            answer = question["answer"]
             letter = self.convention == "letter"
             stem = question["question"]
             prompt = letter_prompt(stem, options, self.answer_cue) if letter else cloze_stem(stem)

@@ -1,4 +1,5 @@
-"""ScEdit (ACL 2025 Findings, arXiv 2505.23291): does an edit reach procedural use, the how-to scripts a model writes?
+"""ScEdit, the DataModule of ScEdit (ACL 2025 Findings, arXiv 2505.23291): does an edit reach procedural use, the
+how-to scripts a model writes?
 
 Two settings, detected from the record's fields and checked against ``variant``:
 
@@ -23,31 +24,34 @@ With ``generation``, the Script Questions are also scored by the n-gram entropy 
 
 Text level (CF, ``text_level``; paper §3 and appendices A and C.1): the model answers each Script Question with a
 script, prompted by the paper's :data:`SCRIPT_PROMPT` (sampled top-k 5 as the released ``generate_fast2``, cut before
-a 10th step), and an LLM judge rates the script on four 7-point Likert scales with the templates
-``scedit_executability``, ``scedit_coherence``, ``scedit_consistency`` and ``scedit_completeness``: Exec, Coh, Cons
-and Comp (:data:`TEXT_METRICS`). The judge is the paper's (``gpt-4o-2024-11-20`` behind the OpenAI API) unless
-``judge`` names another (a local Hugging Face model, another OpenAI-compatible endpoint); a verdict that cannot be
-had is missing, never 0. The plot ``scedit_spearman`` is the Spearman correlation of every two metrics over cases
-(paper appendix E).
+a 10th step), and an LLM judge rates the script on four 7-point Likert scales with this folder's templates
+(``templates/``) ``scedit_executability``, ``scedit_coherence``, ``scedit_consistency`` and ``scedit_completeness``:
+Exec, Coh, Cons and Comp (:data:`TEXT_METRICS`). The judge is the paper's (``gpt-4o-2024-11-20`` behind the OpenAI
+API) unless ``judge`` names another (a local Hugging Face model, another OpenAI-compatible endpoint); a verdict that
+cannot be had is missing, never 0. The plot ``scedit_spearman`` is the Spearman correlation of every two metrics
+over cases (paper appendix E; :mod:`~lightning_edit.data.scedit.spearman`); S-BO's score kind is
+:class:`~lightning_edit.data.scedit.bleedover.Bleedover`.
 
 A record that does not have the format (a missing or mistyped field, an empty or whitespace-only prompt, an empty
 list of prompts: a case that would silently drop out of a metric) is left out and listed, with its file, record and
-field, under ``counts.skipped_records`` in results.json; the other records load. :func:`script_cloze` and
-:func:`scedit_cf_record` build ScEdit-style records from a fact and its scripts.
+field, under ``counts.skipped_records`` in results.json; the other records load.
+:mod:`~lightning_edit.data.scedit.records` builds ScEdit-style records from a fact and its scripts.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 from lightning_edit.cases import EditCase, EditRequest, PromptGroup
-from lightning_edit.data.base import DataFormatError, EditDataModule, RecordReader, read_records
+from lightning_edit.data.base import DataFormatError, EditDataModule
+from lightning_edit.data.records import RecordReader, read_records
+from lightning_edit.data.scedit.bleedover import Bleedover
+from lightning_edit.data.scedit.spearman import spearman_figure, spearman_matrix
+from lightning_edit.data.sources import DataSource, SourceFile
 from lightning_edit.errors import ConfigError
 from lightning_edit.judges import one_judge
-from lightning_edit.judges.agreement import spearman
 from lightning_edit.judges.kind import Generation, JudgedKind
-from lightning_edit.scoring.kinds import ScoreKind, Target
+from lightning_edit.scoring.kinds import ScoreKind
 
 #: the paper's script-generation prompt (appendix A), verbatim; ``{question}`` is a Script Question
 SCRIPT_PROMPT = (
@@ -74,30 +78,25 @@ def script_generation(max_new_tokens: int = SCRIPT_MAX_NEW_TOKENS) -> Generation
     return Generation(max_new_tokens, do_sample=True, top_k=5, stop=("Step 10",))
 
 
+_SCEDIT = "https://raw.githubusercontent.com/asdfo123/ScEdit/8906c5e/data"
+#: the two published files, one per variant
+SCEDIT_CF = DataSource(
+    "scedit-cf",
+    (SourceFile("ScEdit-CF.json", f"{_SCEDIT}/ScEdit-CF.json"),),
+    "not stated",
+    "https://github.com/asdfo123/ScEdit",
+)
+SCEDIT_T = DataSource(
+    "scedit-t",
+    (SourceFile("ScEdit-T.json", f"{_SCEDIT}/ScEdit-T.json"),),
+    "not stated",
+    "https://github.com/asdfo123/ScEdit",
+)
 #: the paper's judge (appendix B.2), the default of ``judge``
 PAPER_JUDGE = {"openai_chat": {"model": "gpt-4o-2024-11-20"}}
 
 _CF_KEYS = {"case_id", "prompt", "subject", "ground_truth", "target_new", "rephrase_prompts", "neighborhood_prompts"}
 _T_KEYS = {"case_id", "prompt", "subject", "old_update", "new_update", "question", "neighborhood"}
-
-
-class Bleedover(ScoreKind):
-    """ScEdit's S-BO: how much probability a neighbour's own object lost through the edit (0 if none)."""
-
-    name, label, higher_is_better = "bleedover", "probability drop", False
-    convention = (
-        "max(P_pre(o) - P_post(o), 0) with P = exp(-mean per-token NLL) of the expected (the neighbour's own) "
-        "object after the prompt, before and after editing (ScEdit S-BO; lower is better)"
-    )
-
-    def requests(self, item, config):
-        return [Target(item.prompt, item.expected)]
-
-    def reference_requests(self, item, config):
-        return [Target(item.bare_prompt, item.expected)]
-
-    def value(self, item, current, unedited):
-        return max(math.exp(-unedited[0].nll) - math.exp(-current[0].nll), 0.0)
 
 
 class ScEdit(EditDataModule):
@@ -121,6 +120,8 @@ class ScEdit(EditDataModule):
         **kwargs: ``limit``, ``offset``, ``sample_seed``, ``batch_size`` (:class:`EditDataModule`).
     """
 
+    sources = (SCEDIT_CF, SCEDIT_T)
+
     def __init__(
         self,
         path: str,
@@ -139,8 +140,11 @@ class ScEdit(EditDataModule):
             raise ConfigError("data.judge: leave the template out; each text-level metric has its own (scedit_*)")
         if script_prompt is not None and "{question}" not in script_prompt:
             raise ConfigError(f"data.script_prompt={script_prompt!r}: write {{question}} where the question goes")
-        self.variant, self.generation, self.text_level = variant, generation, text_level
-        self.judge, self.script_prompt = judge or PAPER_JUDGE, script_prompt or SCRIPT_PROMPT
+        self.variant = variant
+        self.generation = generation
+        self.text_level = text_level
+        self.judge = judge or PAPER_JUDGE
+        self.script_prompt = script_prompt or SCRIPT_PROMPT
         self.script_max_new_tokens = script_max_new_tokens
 
     def source_name(self) -> str | None:
@@ -193,17 +197,20 @@ class ScEdit(EditDataModule):
         names = [name for name in self.declared_metrics() if name in case_scores]
         if not self.text_level or len(names) < 2:
             return {}
-        return {"scedit_spearman": spearman_figure(spearman_matrix(case_scores, names), names)}
+        token_level = sum(name not in TEXT_METRICS for name in names)  # the token-level metrics come first
+        return {"scedit_spearman": spearman_figure(spearman_matrix(case_scores, names), names, token_level)}
 
     def _request(self, reader: RecordReader, new_field: str, true_field: str, used: set[str]) -> EditRequest:
         subject = reader.string("subject")
-        new, true = reader.answer(new_field), reader.answer(true_field)
+        new = reader.answer(new_field)
+        true = reader.answer(true_field)
         extra = {key: value for key, value in reader.record.items() if key not in used}
         return EditRequest(reader.template("prompt", subject), subject, new, true, extra)
 
     def _cf_case(self, reader: RecordReader) -> EditCase:
         request = self._request(reader, "target_new", "ground_truth", _CF_KEYS)
-        new, true = request.target_new, request.target_true
+        new = request.target_new
+        true = request.target_true
         groups = self._shared_groups(request, reader.strings("rephrase_prompts", at_least=1), "rephrase_prompts")
         neighbours = reader.strings("neighborhood_prompts", at_least=1)
         groups["script_neighborhood"] = PromptGroup.shared_answer(
@@ -242,7 +249,8 @@ class ScEdit(EditDataModule):
         neighbours = reader.get("neighborhood", list)
         if not neighbours:
             raise reader.error("neighborhood", "expected at least 1 neighbour, found 0")
-        prompts, objects = [], []
+        prompts = []
+        objects = []
         for j, neighbour in enumerate(neighbours):
             field = f"neighborhood[{j}]"
             if not isinstance(neighbour, dict):
@@ -263,82 +271,9 @@ class ScEdit(EditDataModule):
 
     @staticmethod
     def _shared_groups(request: EditRequest, scripts: list[str], scripts_field: str) -> dict[str, PromptGroup]:
-        new, true = request.target_new, request.target_true
+        new = request.target_new
+        true = request.target_true
         return {
             "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, record_field="prompt", prob="ES"),
             "script": PromptGroup.shared_answer(scripts, new, true, record_field=scripts_field, prob="S-ES"),
         }
-
-
-def script_cloze(question: str, script: str, old_object: str) -> str:
-    """A script cloze prompt (paper §3): the Script Question, then the script cut right before the first mention of
-    the old object (its trailing whitespace removed; the object is scored after one space)."""
-    position = script.find(old_object)
-    if position < 0:
-        raise ValueError(f"the script does not mention {old_object!r}: {script!r}")
-    return f"{question} {script[:position].rstrip()}".strip()
-
-
-def scedit_cf_record(
-    case_id: int,
-    prompt: str,
-    subject: str,
-    ground_truth: str,
-    target_new: str,
-    scripts: list[tuple[str, str]],
-    neighbour_scripts: list[tuple[str, str]],
-) -> dict[str, Any]:
-    """An ScEdit-CF record from a fact, its (Script Question, script) pairs and those of neighbour facts that share
-    the old object; every script must mention ``ground_truth`` (where its cloze prompt is cut)."""
-    return {
-        "case_id": case_id,
-        "prompt": prompt,
-        "subject": subject,
-        "ground_truth": ground_truth,
-        "target_new": target_new,
-        "rephrase_prompts": [script_cloze(q, s, ground_truth) for q, s in scripts],
-        "neighborhood_prompts": [script_cloze(q, s, ground_truth) for q, s in neighbour_scripts],
-        "generation_prompts": [q for q, _ in scripts],
-    }
-
-
-def spearman_matrix(case_scores: dict[str, dict[int, float]], names: list[str]) -> list[list[tuple[float, int]]]:
-    """``(rho, n)`` for every two metrics of ``names``: Spearman's rho of their per-case means over the ``n`` cases
-    both scored (NaN below 2 cases or when one is constant there)."""
-    matrix = []
-    for a in names:
-        row = []
-        for b in names:
-            cases = sorted(case_scores[a].keys() & case_scores[b].keys())
-            x, y = [case_scores[a][c] for c in cases], [case_scores[b][c] for c in cases]
-            row.append((spearman(x, y) if len(cases) > 1 else math.nan, len(cases)))
-        matrix.append(row)
-    return matrix
-
-
-def spearman_figure(matrix: list[list[tuple[float, int]]], names: list[str]):
-    """A heatmap of :func:`spearman_matrix`, each cell annotated with rho (blank where it is undefined), the
-    token-level metrics split from the text-level ones by a line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    values = [[rho for rho, _ in row] for row in matrix]
-    size = 1.2 + 0.6 * len(names)
-    figure, axes = plt.subplots(figsize=(size + 1.2, size))
-    image = axes.imshow(values, cmap="coolwarm", vmin=-1, vmax=1)
-    for i, row in enumerate(values):
-        for j, rho in enumerate(row):
-            if not math.isnan(rho):
-                axes.text(j, i, f"{rho:.2f}", ha="center", va="center", fontsize=8)
-    axes.set_xticks(range(len(names)), names, rotation=45, ha="right")
-    axes.set_yticks(range(len(names)), names)
-    token_level = sum(name not in TEXT_METRICS for name in names)  # the token-level metrics come first
-    axes.axhline(token_level - 0.5, color="black", linewidth=1)
-    axes.axvline(token_level - 0.5, color="black", linewidth=1)
-    low, high = min(n for row in matrix for _, n in row), max(n for row in matrix for _, n in row)
-    axes.set_title(f"ScEdit: Spearman's rho over cases (n = {low if low == high else f'{low}-{high}'})", fontsize=9)
-    figure.colorbar(image, ax=axes, fraction=0.046)
-    figure.tight_layout()
-    return figure

@@ -11,13 +11,13 @@ three chat calls make one CaseEdit record:
 
 The prompts are editable YAML files (``system``, ``user`` with ``{subject}``-style placeholders, ``temperature``,
 ``max_tokens``, ``json``) in ``lightning_edit/assets/caseedit_prompts/`` (``--templates`` points at a copy). Every
-record is checked with :func:`~lightning_edit.data.caseedit.parse_record` (the loader's schema); a malformed answer
-or a record that fails the check is discarded and counted by reason. Output is append-only JSONL (read as it is by
-:class:`~lightning_edit.data.CaseEdit`); ``<output>.done.jsonl`` records every finished seed (written or discarded),
-so a run stopped at any point resumes where it stopped, without duplicates (a torn last line is dropped). Seeds
-that repeat and records that repeat an earlier (subject, relation, new truth) are skipped.
+record is checked with :func:`~lightning_edit.data.caseedit.datamodule.parse_record` (the loader's schema); a
+malformed answer or a record that fails the check is discarded and counted by reason. Output is append-only JSONL
+(read as it is by :class:`~lightning_edit.data.CaseEdit`); ``<output>.done.jsonl`` records every finished seed
+(written or discarded), so a run stopped at any point resumes where it stopped, without duplicates (a torn last line
+is dropped). Seeds that repeat and records that repeat an earlier (subject, relation, new truth) are skipped.
 
-    python -m lightning_edit.generators.caseedit --input seeds.jsonl --output caseedit.jsonl \\
+    python -m lightning_edit.data.caseedit.generator --input seeds.jsonl --output caseedit.jsonl \\
         --model gpt-4o-mini [--base-url http://127.0.0.1:8000/v1]   # key: $OPENAI_API_KEY
 
 Requests go through the judges' OpenAI-compatible client (:class:`~lightning_edit.judges.OpenAIChatJudge`'s, with
@@ -37,8 +37,9 @@ from typing import Any
 import yaml
 
 from lightning_edit import tools
-from lightning_edit.data.base import DataFormatError, RecordReader, read_records
-from lightning_edit.data.caseedit import LETTERS, QUESTIONS, parse_record
+from lightning_edit.data.caseedit.datamodule import LETTERS, QUESTIONS, parse_record
+from lightning_edit.data.records import RecordReader, read_records
+from lightning_edit.errors import DataFormatError
 from lightning_edit.resources import resolve_path
 
 TEMPLATES = "builtin:caseedit_prompts"
@@ -130,7 +131,9 @@ class CaseEditPipeline:
     """
 
     def __init__(self, chat: Chat, output: str | Path, templates: str | Path = TEMPLATES, seed: int = 0):
-        self.chat, self.output, self.seed = chat, Path(output), seed
+        self.chat = chat
+        self.output = Path(output)
+        self.seed = seed
         self.done_path = self.output.with_name(self.output.name + ".done.jsonl")
         self.templates = load_templates(templates)
 
