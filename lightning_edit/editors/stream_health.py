@@ -31,7 +31,7 @@ class StreamHealth:
     Args:
         perplexity: measure the mean token NLL (and perplexity) of ``text`` on the edited and the unedited model.
         text: the held-out text: ``builtin:data/heldout.txt`` (25 plain English sentences written for lightning-edit,
-            about 600 tokens of a 49k-word vocabulary) or a text file of yours.
+            546 words: 624 tokens for SmolLM2's tokenizer) or a text file of yours.
         max_tokens: at most this many tokens of the text, from its start, in windows of the model's context.
         weight_norms: the Frobenius norm of each weight the edits change, ‖W‖, and of its change since the start of
             the stream, ‖W − W₀‖.
