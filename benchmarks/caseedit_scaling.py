@@ -68,7 +68,7 @@ def run(args, method: str, limit: int, seed: int, eval_at: list[int], directory:
         *METHODS[method][1],
     ]
     print("lightning-edit validate " + " ".join(cli_args), file=sys.stderr)
-    return build_cli(["validate", *cli_args], exit_on_error=False).model.results
+    return build_cli(["validate", *cli_args], exit_on_error=False).model.metrics.results
 
 
 def collect(args, total: int) -> dict[tuple[str, int], list[dict[str, float]]]:

@@ -77,4 +77,4 @@ def validate(
     print("lightning-edit validate " + " ".join(args), file=sys.stderr)
     start = time.perf_counter()
     cli = build_cli(["validate", *args], exit_on_error=False)
-    return cli.model.results, time.perf_counter() - start
+    return cli.model.metrics.results, time.perf_counter() - start

@@ -41,6 +41,7 @@ import lightning_edit.data
 import lightning_edit.editors  # noqa: F401  (registers the editors for short names)
 import lightning_edit.toy  # noqa: F401  (ToyCorpus, CausalLMPretraining, ToyEditTraining)
 from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.stream_checkpoint import StreamCheckpointIO, is_stream_checkpoint
 from lightning_edit.errors import DEBUG_ENV, user_error
 from lightning_edit.presets import compose_presets
 from lightning_edit.redaction import REDACTED, add_secrets, argv_secrets, mask, mask_output, redact, secret_field
@@ -86,6 +87,14 @@ class EditCLI(LightningCLI):
         if subcommand in ("validate", "test"):
             parser.set_defaults(verbose=False)
         return parser
+
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI takes a Lightning checkpoint's hyper-parameters into the config; a stream checkpoint
+        (safetensors) holds none: the editor checks the run against it instead, before any edit."""
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not (ckpt_path and is_stream_checkpoint(ckpt_path)):
+            super()._parse_ckpt_path()
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Run the subcommand in a folder of its own, refused before anything is written if it holds an earlier
@@ -227,6 +236,10 @@ class SecretFreeSaveConfig(SaveConfigCallback):
             del self.parser.save
 
 
+#: the trainer's checkpoint IO: Lightning's, which also opens a sequential stream's checkpoint (``--ckpt_path``)
+STREAM_CHECKPOINT_IO = {"class_path": f"{StreamCheckpointIO.__module__}.{StreamCheckpointIO.__qualname__}"}
+
+
 def build_cli(args: ArgsType = None, run: bool = True, exit_on_error: bool = True) -> EditCLI:
     """Parse ``args`` (or the command line), run the subcommand and return the CLI object (for tests, notebooks).
 
@@ -243,7 +256,7 @@ def build_cli(args: ArgsType = None, run: bool = True, exit_on_error: bool = Tru
         parser_kwargs={"exit_on_error": exit_on_error}
         | {subcommand: {"exit_on_error": exit_on_error} for subcommand in EditCLI.subcommands()},
         save_config_kwargs={"overwrite": True},
-        trainer_defaults={"inference_mode": False, "enable_checkpointing": False},
+        trainer_defaults={"inference_mode": False, "enable_checkpointing": False, "plugins": [STREAM_CHECKPOINT_IO]},
         auto_configure_optimizers=False,
         args=args,
         run=run,

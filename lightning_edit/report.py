@@ -158,7 +158,8 @@ class RunReport(Callback):
 
     def on_validation_start(self, trainer: Trainer, module: LightningModule) -> None:
         self.start = time.perf_counter()  # before the editor's own on_validation_start (sequential edits)
-        reset_judge_stats(getattr(module, "score_kinds", {}))  # the report counts this run's verdicts only
+        kinds = module.metrics.score_kinds if isinstance(module, EditorModule) else {}
+        reset_judge_stats(kinds)  # the report counts this run's verdicts only
 
     def on_test_start(self, trainer: Trainer, module: LightningModule) -> None:
         self.on_validation_start(trainer, module)
@@ -172,7 +173,8 @@ class RunReport(Callback):
     def report(self, trainer: Trainer, module: LightningModule) -> None:
         if not isinstance(module, EditorModule) or trainer.sanity_checking:
             return
-        judges = redact(judge_report(module.score_kinds))  # from every process; a key pasted as api_key_env redacted
+        run = module.metrics  # results, per-case scores and answers, score kinds
+        judges = redact(judge_report(run.score_kinds))  # from every process; a key pasted as api_key_env redacted
         memory = gather_memory(module, trainer.world_size)  # from every process
         if not trainer.is_global_zero:
             return
@@ -183,43 +185,41 @@ class RunReport(Callback):
             "cases": len(cases),
             "skipped_records": getattr(datamodule, "skipped", []),
             "target_equals_true": getattr(datamodule, "target_equals_true", []),
-            "skipped_requests": module.skipped_requests,  # requests the editor cannot edit (EditorModule.cannot_edit)
+            "skipped_requests": module.runner.skipped_requests,  # EditorModule.cannot_edit
         }
         notes = datamodule.run_notes(module) if isinstance(datamodule, EditDataModule) else {}
         seconds = time.perf_counter() - self.start
+        stream = module.runner.stream
         path = write_results(
-            directory, module.results, self.config, counts, seconds, notes, judges, module.stream, module.score_kinds,
-            memory,
-        )  # fmt: skip
-        rows = case_rows(cases, module.case_scores, module.case_answers)
+            directory, run.results, self.config, counts, seconds, notes, judges, stream, run.score_kinds, memory
+        )
+        rows = case_rows(cases, run.case_scores, run.case_answers)
         (directory / "cases.jsonl").write_text(
             "".join(json.dumps(json_safe(row), allow_nan=False) + "\n" for row in rows)
         )
 
-        figures = (
-            datamodule.figures(module.results, module.case_scores) if isinstance(datamodule, EditDataModule) else {}
-        )
-        retention = retention_figure(module.results, len(cases), module.stream)
+        figures = datamodule.figures(run.results, run.case_scores) if isinstance(datamodule, EditDataModule) else {}
+        retention = retention_figure(run.results, len(cases), stream)
         if retention is not None:
             figures["retention"] = retention
         for name, figure in figures.items():
             figure.savefig(directory / f"{name}.png", dpi=120)
 
-        metrics = list(module.case_scores)
-        columns = ["case_id", "subject", "prompt", "target_new", "target_true", *metrics]
+        names = list(run.case_scores)
+        columns = ["case_id", "subject", "prompt", "target_new", "target_true", *names]
         table = [
-            [row["case_id"], *(row["requests"][0][k] for k in columns[1:5]), *(row["scores"].get(m) for m in metrics)]
+            [row["case_id"], *(row["requests"][0][k] for k in columns[1:5]), *(row["scores"].get(m) for m in names)]
             for row in rows
         ]
         for logger in trainer.loggers:
             logger.log_hyperparams({"config": self.config})
             if hasattr(logger, "log_table"):
                 logger.log_table(key="val/cases", columns=columns, data=table)
-                if module.case_answers:
-                    answers = answer_rows(cases, module.case_answers)
+                if run.case_answers:
+                    answers = answer_rows(cases, run.case_answers)
                     logger.log_table(key="val/answers", columns=["case_id", "metric", "prompt", "answer"], data=answers)
-                if module.stream:
-                    logger.log_table(key="val/stream", **stream_table(module.stream))
+                if stream:
+                    logger.log_table(key="val/stream", **stream_table(stream))
             if hasattr(logger, "log_image"):
                 for name, figure in figures.items():
                     logger.log_image(key=f"val/{name}", images=[figure])
@@ -228,8 +228,8 @@ class RunReport(Callback):
 
             for figure in figures.values():
                 plt.close(figure)  # a process that runs many validations (scripts, notebooks) keeps no figures
-        rank_zero_info(f"\n{markdown_table(module.results, module.score_kinds)}\n\nresults written to {path}")
-        check_judges_answered(judges, module.results, path)  # on process 0 alone, after every file is written
+        rank_zero_info(f"\n{markdown_table(run.results, run.score_kinds)}\n\nresults written to {path}")
+        check_judges_answered(judges, run.results, path)  # on process 0 alone, after every file is written
 
 
 def check_judges_answered(judges: dict[str, Any], results: dict[str, dict[str, Any]], path: Path) -> None:

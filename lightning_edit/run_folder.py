@@ -5,8 +5,9 @@ A run writes its settings (LightningCLI's ``config.yaml``, a logger's ``hparams.
 export) into one folder: the version folder of a CSV or TensorBoard logger (``lightning_logs/version_N``), else the
 logger's ``save_dir`` or, without a logger, the trainer's ``default_root_dir``. Before anything is written
 (:meth:`RunFolder.claim`) a version folder must be new or empty, and a folder that runs share must hold no file of an
-earlier run (:data:`RUN_FILES`); the one exception is a fit resumed from a checkpoint saved in that folder
-(``--ckpt_path <folder>/interrupted.ckpt``), which continues that run there. Every process checks, before any of them
+earlier run (:data:`RUN_FILES`); the one exception is a run resumed from a checkpoint saved in that folder
+(``--ckpt_path <folder>/interrupted.ckpt`` or ``<folder>/stream_checkpoint.safetensors``), which continues that run
+there (and, if it fails, puts back the settings files it rewrote). Every process checks, before any of them
 writes, so all refuse together. A run that fails removes the settings it wrote if it wrote nothing else
 (:meth:`RunFolder.release`), so the same command runs again; nothing that was there before it is touched.
 """
@@ -25,7 +26,14 @@ from lightning_edit.errors import ConfigError
 SETTINGS_FILES = frozenset({"config.yaml", "hparams.yaml"})
 #: what a run writes at the top of its folder (a fit's export too, but always beside its config.yaml): a folder that
 #: runs share holding one of them holds an earlier run; a checkpoint put there by hand (``mend.pt``) is no run's
-RUN_FILES = SETTINGS_FILES | {"metrics.csv", "results.json", "results.md", "cases.jsonl", "interrupted.ckpt"}
+RUN_FILES = SETTINGS_FILES | {
+    "metrics.csv",
+    "results.json",
+    "results.md",
+    "cases.jsonl",
+    "interrupted.ckpt",
+    "stream_checkpoint.safetensors",
+}
 
 
 def run_folder(trainer: Trainer) -> Path:
@@ -44,12 +52,15 @@ class RunFolder:
         versioned: a logger's version folder, the run's alone; otherwise a folder that runs share.
         existed: whether the folder was there before the run.
         held: the names of the entries it held then.
+        settings: a resumed run's folder: the settings files it held then (name, bytes), which the run rewrites and a
+            failed run puts back.
     """
 
     path: Path
     versioned: bool
     existed: bool
     held: frozenset[str]
+    settings: tuple[tuple[str, bytes], ...] = ()
 
     @classmethod
     def claim(cls, trainer: Trainer, ckpt_path: str | Path | None = None) -> RunFolder:
@@ -69,13 +80,19 @@ class RunFolder:
             shown = ", ".join(sorted(earlier)[:5]) + (", ..." if len(earlier) > 5 else "")
             raise ConfigError(f"{path} holds the files of an earlier run ({shown}); a run writes only into a new "
                               f"folder: {hint}")  # fmt: skip
-        return cls(path, versioned, path.is_dir(), held)
+        settings = (
+            tuple((name, (path / name).read_bytes()) for name in sorted(SETTINGS_FILES & held)) if resumed else ()
+        )
+        return cls(path, versioned, path.is_dir(), held, settings)
 
     def release(self) -> None:
-        """After a failed run: remove the settings it wrote if it wrote nothing else (in a folder that runs share,
-        nothing else of :data:`RUN_FILES`), and the version folder it made, then empty."""
+        """After a failed run: put back the settings a resumed run rewrote; remove the settings it wrote if it wrote
+        nothing else (in a folder that runs share, nothing else of :data:`RUN_FILES`), and the version folder it
+        made, then empty."""
         if not self.path.is_dir():
             return
+        for name, data in self.settings:
+            (self.path / name).write_bytes(data)
         new = [entry for entry in self.path.iterdir() if entry.name not in self.held]
         if not self.versioned:
             new = [entry for entry in new if entry.name in RUN_FILES]

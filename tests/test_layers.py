@@ -57,11 +57,12 @@ def imported_modules(source: str, module: str, is_package: bool = False, at_impo
 
 
 def _nodes(node: ast.AST, at_import: bool):
-    """Every node under ``node``; with ``at_import``, not the bodies of functions nor ``if TYPE_CHECKING`` blocks."""
+    """Every node under ``node`` but ``if TYPE_CHECKING`` blocks (annotations only: they never run, and a runner's
+    annotation names the editor that owns it); with ``at_import``, not the bodies of functions either."""
     for child in ast.iter_child_nodes(node):
         if at_import and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
-        if at_import and isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
             yield from (n for orelse in child.orelse for n in (orelse, *_nodes(orelse, at_import)))
             continue
         yield child

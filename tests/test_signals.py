@@ -1,5 +1,6 @@
 """SIGTERM and secrets, end to end: ``lightning-edit`` run as a subprocess, as a scheduler or a user runs it."""
 
+import json
 import os
 import signal
 import subprocess
@@ -127,24 +128,32 @@ def test_sigterm_during_a_mend_fit_leaves_a_checkpoint_that_resumes(tmp_path):
 
 
 @pytest.mark.parametrize("logger", ["false", "true"], ids=["no logger", "default logger"])
-def test_sigterm_during_the_sequential_edits_stops_at_the_next_case(tmp_path, logger):
+def test_sigterm_during_the_sequential_edits_writes_a_checkpoint_that_resumes(tmp_path, logger):
+    """The stream stops after the editor call during which SIGTERM arrived, with a checkpoint; the same command with
+    ``--ckpt_path`` goes on from it to the results of an uninterrupted run."""
     cache = tmp_path / "cache"
-    status, err = terminate_when(
-        command(
-            "validate", "--config", str(ROOT / "configs/quickstart.yaml"), "--model.protocol=sequential",
-            "--data.limit=100", f"--model.stats.cache_dir={cache}", f"--trainer.logger={logger}",
-            f"--trainer.default_root_dir={tmp_path / 'run'}",
-        ),
-        "sequential edits", tmp_path / "run.log", delay=0,
-    )  # fmt: skip
+    args = [
+        "validate", "--config", str(ROOT / "configs/quickstart.yaml"), "--model.protocol=sequential",
+        "--model.eval_at=[20]", "--data.limit=40", f"--model.stats.cache_dir={cache}", f"--trainer.logger={logger}",
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+    ]  # fmt: skip
+    status, err = terminate_when(command(*args), "sequential edits", tmp_path / "run.log", delay=0, threads=1)
     assert status == 128 + signal.SIGTERM, err[-3000:]
     message = err.strip().splitlines()[-1]
     assert message.startswith("lightning-edit: error: sequential edits stopped by SIGTERM after "), message
     applied = int(message.split(" after ")[1].split()[0])
-    assert 1 <= applied < 100 and message.endswith("of 100 cases; the edits are not kept: run the same command again")
+    assert 1 <= applied < 40 and "of 40 cases; stream checkpoint " in message, message
+    checkpoint = message.rpartition("--ckpt_path ")[2]
     assert "Traceback" not in err and not list((tmp_path / "run").rglob("results.json"))
-    assert not list((tmp_path / "run").glob("lightning_logs/*"))  # no version folder holding only the settings
-    assert moments(cache)  # the key statistics, computed before the edits, are kept for the next run
+    assert Path(checkpoint).is_file() and moments(cache)  # the statistics, computed before the edits, are kept
+    if logger == "true":
+        return
+    run(command(*args, f"--ckpt_path={checkpoint}"), tmp_path, threads=1)
+    whole = [*args[:-1], f"--trainer.default_root_dir={tmp_path / 'whole'}"]
+    run(command(*whole), tmp_path, threads=1)
+    resumed, uninterrupted = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("run", "whole"))
+    assert resumed["metrics"] == uninterrupted["metrics"]
+    assert (tmp_path / "run" / "cases.jsonl").read_text() == (tmp_path / "whole" / "cases.jsonl").read_text()
 
 
 SECRET_IN_CONFIG, SECRET_IN_FLAG, SECRET_IN_ENV = "sk-config-5f3a9", "sk-flag-77b21", "sk-environ-c4d8e"

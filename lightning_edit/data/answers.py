@@ -10,11 +10,13 @@ must equal the unedited model's answer to the same prompt (``<metric>_gen``). Wi
 its arguments, e.g. an LLM behind an OpenAI-compatible endpoint with the ``answer_correct`` template) the answers to
 the edit and paraphrase prompts are also graded by it (``<metric>_gen_judged``). Contexts: ``bare`` (the prompt alone,
 QAEdit's default), ``qa_inst`` (QAEdit's QA instruction around it) or ``chat`` (the prompt as one user turn of the
-tokenizer's chat template; a tokenizer without one is an error before any edit).
+tokenizer's chat template; a tokenizer without one is an error before any edit). A benchmark holds the two settings
+as one :class:`GeneratedAnswers`, which names their score kinds and the metrics a prompt group reports with them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from lightning_edit.errors import ConfigError
@@ -29,53 +31,67 @@ MAX_NEW_TOKENS = 50
 STOP = (".", "\n")
 
 
-def answer_kinds(
-    context: AnswerContext | None, judge: dict[str, dict[str, Any]] | None = None
-) -> dict[str, str] | None:
-    """The names of the graded-answer kinds of ``context`` by role: ``exact``, ``contains`` (against the expected
-    answer), ``unchanged`` (equal, after normalisation, to the unedited model's answer) and, with ``judge``,
-    ``judged``; None without a context. A benchmark calls it with its ``generated_answers`` and ``answer_judge``."""
-    if context is None:
-        if judge is not None:
-            raise ConfigError("data.answer_judge grades generated answers: set data.generated_answers too")
-        return None
-    if context not in CONTEXTS:
-        raise ConfigError(f"data.generated_answers={context!r}: one of {', '.join(CONTEXTS)}, or null")
-    if judge is not None:
-        from lightning_edit.judges import one_judge  # judges load only when used
+@dataclass(frozen=True)
+class GeneratedAnswers:
+    """A benchmark's generated answers, from its two settings: ``context`` (``data.generated_answers``; None: no
+    generated answers) and ``judge`` (``data.answer_judge``: one judge and its arguments, or None). Checked when
+    made; it names their score kinds and the metrics a prompt group reports with them."""
 
-        one_judge("data.answer_judge", judge)
-    roles = ("exact", "contains", "unchanged") + ("judged",) * (judge is not None)
-    return {role: f"answer_{role}_{context}" for role in roles}
+    context: AnswerContext | None = None
+    judge: dict[str, dict[str, Any]] | None = None
 
+    def __post_init__(self) -> None:
+        if self.context is None:
+            if self.judge is not None:
+                raise ConfigError("data.answer_judge grades generated answers: set data.generated_answers too")
+            return
+        if self.context not in CONTEXTS:
+            raise ConfigError(f"data.generated_answers={self.context!r}: one of {', '.join(CONTEXTS)}, or null")
+        if self.judge is not None:
+            from lightning_edit.judges import one_judge  # judges load only when used
 
-def answer_score_kinds(
-    context: AnswerContext | None, judge: dict[str, dict[str, Any]] | None = None
-) -> list[ScoreKind]:
-    """The judged kinds of :func:`answer_kinds` (none without a context), each holding its judge: a benchmark's
-    ``own_kinds``."""
-    if context is None:
-        return []
-    from lightning_edit.judges import one_judge
-    from lightning_edit.judges.kind import Generation, JudgedKind
+            one_judge("data.answer_judge", self.judge)
 
-    names = answer_kinds(context, judge)
-    generation = Generation(MAX_NEW_TOKENS, stop=STOP, template=CONTEXTS[context], chat_template=context == "chat")
-    kinds = [
-        JudgedKind(names["exact"], "exact_match", generation, label="generated, exact match"),
-        JudgedKind(names["contains"], "contains", generation, label="generated, contains"),
-        JudgedKind(names["unchanged"], "exact_match", generation, "generated, unchanged", against_unedited=True),
-    ]
-    if judge is not None:
-        spec = one_judge("data.answer_judge", judge)
-        kinds.append(JudgedKind(names["judged"], spec, generation, label=f"generated, judged ({spec['class_path']})"))
-    return kinds
+    @property
+    def kinds(self) -> dict[str, str]:
+        """The names of the graded-answer kinds by role: ``exact``, ``contains`` (against the expected answer),
+        ``unchanged`` (equal, after normalisation, to the unedited model's answer) and, with a judge, ``judged``;
+        none without a context."""
+        if self.context is None:
+            return {}
+        roles = ("exact", "contains", "unchanged") + ("judged",) * (self.judge is not None)
+        return {role: f"answer_{role}_{self.context}" for role in roles}
 
+    def score_kinds(self) -> list[ScoreKind]:
+        """The judged kinds of :attr:`kinds`, each holding its judge: a benchmark's ``own_kinds``."""
+        if self.context is None:
+            return []
+        from lightning_edit.judges import one_judge
+        from lightning_edit.judges.kind import Generation, JudgedKind
 
-def answer_metrics(kinds: dict[str, str], metric: str, locality: bool = False) -> dict[str, str]:
-    """Kind -> reported name of a group's generated-answer metrics: ``<metric>_gen``, ``<metric>_gen_contains`` and,
-    with a judge, ``<metric>_gen_judged``; for a locality group ``<metric>_gen`` alone (the answer unchanged)."""
-    if locality:
-        return {kinds["unchanged"]: f"{metric}_gen"}
-    names = {kinds["exact"]: f"{metric}_gen", kinds["contains"]: f"{metric}_gen_contains"}
-    return names | ({kinds["judged"]: f"{metric}_gen_judged"} if "judged" in kinds else {})
+        names = self.kinds
+        generation = Generation(
+            MAX_NEW_TOKENS, stop=STOP, template=CONTEXTS[self.context], chat_template=self.context == "chat"
+        )
+        kinds = [
+            JudgedKind(names["exact"], "exact_match", generation, label="generated, exact match"),
+            JudgedKind(names["contains"], "contains", generation, label="generated, contains"),
+            JudgedKind(names["unchanged"], "exact_match", generation, "generated, unchanged", against_unedited=True),
+        ]
+        if self.judge is not None:
+            spec = one_judge("data.answer_judge", self.judge)
+            label = f"generated, judged ({spec['class_path']})"
+            kinds.append(JudgedKind(names["judged"], spec, generation, label=label))
+        return kinds
+
+    def metrics(self, metric: str, locality: bool = False) -> dict[str, str]:
+        """Kind -> reported name of a group's generated-answer metrics: ``<metric>_gen``, ``<metric>_gen_contains``
+        and, with a judge, ``<metric>_gen_judged``; for a locality group ``<metric>_gen`` alone (the answer
+        unchanged); none without a context."""
+        kinds = self.kinds
+        if not kinds:
+            return {}
+        if locality:
+            return {kinds["unchanged"]: f"{metric}_gen"}
+        names = {kinds["exact"]: f"{metric}_gen", kinds["contains"]: f"{metric}_gen_contains"}
+        return names | ({kinds["judged"]: f"{metric}_gen_judged"} if "judged" in kinds else {})

@@ -29,10 +29,11 @@ import logging
 import math
 from typing import Any, Literal
 
-from lightning_edit.cases import EditCase, PromptGroup
-from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
+from lightning_edit.cases import EditCase
+from lightning_edit.data.answers import AnswerContext, GeneratedAnswers
 from lightning_edit.data.base import EditDataModule
 from lightning_edit.data.counterfact_records import rome_request
+from lightning_edit.data.declared import DeclaredGroup
 from lightning_edit.data.records import RecordReader, read_records
 from lightning_edit.data.sources import DataSource, SourceFile
 from lightning_edit.errors import ConfigError
@@ -117,9 +118,7 @@ class BAKE(EditDataModule):
         **kwargs: Any,
     ):
         super().__init__(path, **kwargs)
-        self.generated_answers = generated_answers
-        self.answer_kinds = answer_kinds(generated_answers, answer_judge)
-        self.answer_judge = answer_judge
+        self.answers = GeneratedAnswers(generated_answers, answer_judge)
         self.variant = variant
         self.convention = convention
         self.pre_edit_filter = pre_edit_filter
@@ -137,8 +136,8 @@ class BAKE(EditDataModule):
         return f"bake-{self.variant}" if self.path == "bake" else self.path
 
     def own_kinds(self) -> list[ScoreKind]:
-        """With ``generated_answers``, its graded-answer kinds (:func:`~lightning_edit.data.answers.answer_kinds`)."""
-        return answer_score_kinds(self.generated_answers, self.answer_judge)
+        """The kinds that grade its generated answers (none without ``generated_answers``)."""
+        return self.answers.score_kinds()
 
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)
@@ -154,47 +153,45 @@ class BAKE(EditDataModule):
             )
         return cases
 
-    def declared_metrics(self) -> dict[str, str]:
+    def declared_groups(self) -> dict[str, DeclaredGroup]:
+        """The groups; with ``generated_answers``, every group but the log-probability analysis's also grades an
+        answer (the locality group: ``LS_gen``, the answer unchanged)."""
         probability = self.convention == "probability"
         success = "prob" if probability else "token_acc"
-        metrics = {"ES": success, "GS": success, "LS": "prob" if probability else "agreement"}
-        for group, metric in [("reverse_qa", "RQS")] * (self.variant == "qa") + [("reverse_judge", "RJS")]:
-            metrics |= {f"{group}_filtered": "filtered"} if self.pre_edit_filter else {}
-            metrics[metric] = success
+        stays = "prob" if probability else "agreement"  # LS: the true answer stays preferred, or the argmax unchanged
+        answers = self.answers
+        groups = {
+            "rewrite": DeclaredGroup({success: "ES"}, answers.metrics("ES")),
+            "paraphrase": DeclaredGroup({success: "GS"}, answers.metrics("GS")),
+            "neighborhood": DeclaredGroup({stays: "LS"}, answers.metrics("LS", locality=True)),
+        }
+        reverse = [("reverse_qa", "RQS")] * (self.variant == "qa") + [("reverse_judge", "RJS")]
+        for group, metric in reverse:
+            groups[group] = DeclaredGroup(
+                {success: metric}, answers.metrics(metric), pre_edit_filter=self.pre_edit_filter
+            )
         if self.variant == "qa":
-            logprobs = ["RQ_logprob_new", "RQ_logprob_true"]
-            metrics |= {name + suffix: "logprob" for suffix in ("", "_pre") for name in logprobs}
-        for metric in [name for name in metrics if name in _GENERATED]:
-            metrics |= {name: kind for kind, name in self._generated(metric).items()}
-        return metrics | {"RS": "derived", "S": "derived"}
+            groups["reverse_qa_new"] = DeclaredGroup({"logprob": "RQ_logprob_new"}, pre_edit=True)
+            groups["reverse_qa_true"] = DeclaredGroup({"logprob": "RQ_logprob_true"}, pre_edit=True)
+        return groups
 
-    def _generated(self, metric: str) -> dict[str, str]:
-        """Kind -> name of the generated-answer metrics beside ``metric`` (none without ``generated_answers``)."""
-        return answer_metrics(self.answer_kinds, metric, _GENERATED[metric]) if self.answer_kinds else {}
+    def derived_names(self) -> tuple[str, ...]:
+        return ("RS", "S")
 
     def _case(self, reader: RecordReader) -> EditCase:
         request = rome_request(reader, _BAKE_KEYS)
         new = request.target_new
         true = request.target_true
-        probability = self.convention == "probability"
-        success = "prob" if probability else "token_acc"
-        metrics = {
-            "ES": {success: "ES"},
-            "GS": {success: "GS"},
-            "LS": {"prob" if probability else "agreement": "LS"},
-            "RQS": {success: "RQS"},
-            "RJS": {success: "RJS"},
-        }
-        metrics = {name: kinds | self._generated(name) for name, kinds in metrics.items()}
+        declared = self.declared_groups()
         groups = {
-            "rewrite": PromptGroup.shared_answer(
-                [request.filled_prompt], new, true, record_field="requested_rewrite.prompt", **metrics["ES"]
+            "rewrite": declared["rewrite"].shared_answer(
+                [request.filled_prompt], new, true, record_field="requested_rewrite.prompt"
             ),
-            "paraphrase": PromptGroup.shared_answer(
-                reader.strings("paraphrase_prompts"), new, true, record_field="paraphrase_prompts", **metrics["GS"]
+            "paraphrase": declared["paraphrase"].shared_answer(
+                reader.strings("paraphrase_prompts"), new, true, record_field="paraphrase_prompts"
             ),
-            "neighborhood": PromptGroup.shared_answer(
-                reader.strings("neighborhood_prompts"), true, new, record_field="neighborhood_prompts", **metrics["LS"]
+            "neighborhood": declared["neighborhood"].shared_answer(
+                reader.strings("neighborhood_prompts"), true, new, record_field="neighborhood_prompts"
             ),
         }
         statement = None
@@ -202,17 +199,10 @@ class BAKE(EditDataModule):
             prompt = reader.string("reverse_qa.prompt")
             qa_new = reader.answer("reverse_qa.target_new")
             qa_true = reader.answer("reverse_qa.target_true")
-            filtered = self.pre_edit_filter
             field = "reverse_qa.prompt"
-            groups["reverse_qa"] = PromptGroup.shared_answer(
-                [prompt], qa_new, qa_true, filtered, record_field=field, **metrics["RQS"]
-            )
-            groups["reverse_qa_new"] = PromptGroup.shared_answer(
-                [prompt], qa_new, pre_edit=True, record_field=field, logprob="RQ_logprob_new"
-            )
-            groups["reverse_qa_true"] = PromptGroup.shared_answer(
-                [prompt], qa_true, pre_edit=True, record_field=field, logprob="RQ_logprob_true"
-            )
+            groups["reverse_qa"] = declared["reverse_qa"].shared_answer([prompt], qa_new, qa_true, record_field=field)
+            groups["reverse_qa_new"] = declared["reverse_qa_new"].shared_answer([prompt], qa_new, record_field=field)
+            groups["reverse_qa_true"] = declared["reverse_qa_true"].shared_answer([prompt], qa_true, record_field=field)
             statement = f"{prompt} {qa_new}"
         judge = reader.string("reverse_judge.prompt")
         if self.judge_template:
@@ -225,8 +215,8 @@ class BAKE(EditDataModule):
                 reader.answer("reverse_judge.target_new"),
                 reader.answer("reverse_judge.target_true"),
             )
-        groups["reverse_judge"] = PromptGroup.shared_answer(
-            [judge], yes, no, self.pre_edit_filter, record_field="reverse_judge.prompt", **metrics["RJS"]
+        groups["reverse_judge"] = declared["reverse_judge"].shared_answer(
+            [judge], yes, no, record_field="reverse_judge.prompt"
         )
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
@@ -245,10 +235,6 @@ class BAKE(EditDataModule):
         if not all(name in results for name in names):
             return {}
         return {"bake_logprob": logprob_figure({name: results[name]["macro"] for name in names})}
-
-
-#: the metrics that get generated-answer metrics beside them, and whether each is a locality (the answer unchanged)
-_GENERATED = {"ES": False, "GS": False, "LS": True, "RQS": False, "RJS": False}
 
 
 def judge_statement(prompt: str) -> str:

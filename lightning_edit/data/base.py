@@ -2,9 +2,11 @@
 
 A benchmark is a small :class:`EditDataModule` subclass that reads its official file format in
 :meth:`EditDataModule.load_cases` (with :mod:`lightning_edit.data.records`) and turns each record into an
-:class:`~lightning_edit.cases.EditCase`; its ``sources`` name the published files its ``path`` may name instead of a
-file (:mod:`lightning_edit.data.sources`). Any problem with the input raises :class:`DataFormatError` naming the
-file, the record and the field, during ``setup``, that is before any weight is touched.
+:class:`~lightning_edit.cases.EditCase`, and declares the metrics of its prompt groups from its settings alone in
+:meth:`EditDataModule.declared_groups` (:mod:`lightning_edit.data.declared`); its ``sources`` name the published files
+its ``path`` may name instead of a file (:mod:`lightning_edit.data.sources`). Any problem with the input raises
+:class:`DataFormatError` naming the file, the record and the field, during ``setup``, that is before any weight is
+touched.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch.utils.data import DataLoader
 
 from lightning_edit.cases import EditCase, case_error, edit_batch_loader
 from lightning_edit.data.counterfact_records import counterfact_cases
+from lightning_edit.data.declared import DeclaredGroup, declared_metrics
 from lightning_edit.data.sources import DataSource, fetch, local_path
 from lightning_edit.errors import ConfigError, DataFormatError
 from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind, check_metrics, kinds_by_name
@@ -92,15 +95,27 @@ class EditDataModule(LightningDataModule, ABC):
     def load_cases(self) -> list[EditCase]:
         """Read :attr:`path` and return every edit case in file order (raise :class:`DataFormatError`)."""
 
-    @abstractmethod
+    def declared_groups(self) -> dict[str, DeclaredGroup]:
+        """The metrics of each prompt group its cases hold, by group name, in report order; known from the settings
+        alone (:mod:`lightning_edit.data.declared`). A benchmark declares its groups here, or its metrics in
+        :meth:`declared_metrics`."""
+        raise NotImplementedError(f"{type(self).__name__} declares neither its groups nor its metrics")
+
+    def derived_names(self) -> tuple[str, ...]:
+        """The names of the metrics :meth:`derived_metrics` computes, known from the settings alone; none by
+        default."""
+        return ()
+
     def declared_metrics(self) -> dict[str, str]:
         """Every metric the benchmark reports, name -> score kind, in report order; known from the settings alone.
 
-        Includes ``<group>_filtered`` (kind ``filtered``) for groups with a pre-edit filter, ``<metric>_pre`` for
-        groups scored before editing (``pre_edit``) and the metrics of :meth:`derived_metrics` (kind ``derived``).
-        The editor creates its metrics from this list before any case is scored; a case reporting anything else is
-        an error.
+        Derived from :meth:`declared_groups` (:func:`~lightning_edit.data.declared.declared_metrics`): includes
+        ``<group>_filtered`` (kind ``filtered``) for groups with a pre-edit filter, ``<metric>_pre`` for groups scored
+        before editing (``pre_edit``) and :meth:`derived_names` (kind ``derived``). The editor creates its metrics from
+        this list before any case is scored; a case reporting anything else is an error. A benchmark whose metrics
+        are not those of its groups one by one (RuleEdit) writes the list here instead.
         """
+        return declared_metrics(self.declared_groups(), self.derived_names())
 
     def own_kinds(self) -> list[ScoreKind]:
         """The benchmark's own score kinds, beside :data:`~lightning_edit.scoring.kinds.BUILTIN_KINDS` (a judged

@@ -17,9 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_edit.cases import EditCase
-from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_score_kinds
+from lightning_edit.data.answers import AnswerContext, GeneratedAnswers
 from lightning_edit.data.base import EditDataModule
-from lightning_edit.data.counterfact_records import GENERATED, counterfact_cases, generated_metrics
+from lightning_edit.data.counterfact_records import counterfact_cases, counterfact_groups
+from lightning_edit.data.declared import DeclaredGroup
 from lightning_edit.data.sources import DataSource, SourceFile
 from lightning_edit.scoring.kinds import ScoreKind
 
@@ -71,20 +72,14 @@ class CounterFact(EditDataModule):
     ):
         super().__init__(path, **kwargs)
         self.generation = generation
-        self.generated_answers = generated_answers
-        self.answer_kinds = answer_kinds(generated_answers, answer_judge)
-        self.answer_judge = answer_judge
+        self.answers = GeneratedAnswers(generated_answers, answer_judge)
 
     def own_kinds(self) -> list[ScoreKind]:
-        """With ``generated_answers``, its graded-answer kinds (:func:`~lightning_edit.data.answers.answer_kinds`)."""
-        return answer_score_kinds(self.generated_answers, self.answer_judge)
+        """The kinds that grade its generated answers (none without ``generated_answers``)."""
+        return self.answers.score_kinds()
 
     def load_cases(self) -> list[EditCase]:
-        return counterfact_cases(self.path, self.generation, self.answer_kinds)
+        return counterfact_cases(self.path, self.generation, self.answers)
 
-    def declared_metrics(self) -> dict[str, str]:
-        metrics = {"ES": "prob", "rewrite_acc": "token_acc", "PS": "prob", "rephrase_acc": "token_acc"}
-        metrics |= {"NS": "prob", "locality_acc": "agreement"}
-        for group in GENERATED if self.answer_kinds else ():
-            metrics |= {name: kind for kind, name in generated_metrics(self.answer_kinds, group).items()}
-        return metrics | ({"GE": "entropy"} if self.generation else {})
+    def declared_groups(self) -> dict[str, DeclaredGroup]:
+        return counterfact_groups(self.answers, self.generation)

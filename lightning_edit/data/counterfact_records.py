@@ -1,9 +1,10 @@
 """CounterFact's two record formats read into edit cases: the ROME format and the flat MEND/EasyEdit split.
 
-The groups of both (:class:`~lightning_edit.data.counterfact.CounterFact` has the metrics): ``rewrite`` (ES,
-rewrite_acc), ``paraphrase`` (PS, rephrase_acc), ``neighborhood`` (NS, locality_acc, the true answer preferred); the
-ROME format also ``attribute`` (unscored) and, with ``generation``, ``generation`` (GE). In-context editors build
-their demonstrations from such a file too (:meth:`~lightning_edit.data.base.EditDataModule.demonstration_cases`).
+The groups of both, their metrics declared by :func:`counterfact_groups`: ``rewrite`` (ES, rewrite_acc),
+``paraphrase`` (PS, rephrase_acc), ``neighborhood`` (NS, locality_acc, the true answer preferred), each with its
+generated-answer metrics; the ROME format also ``attribute`` (unscored) and, with ``generation``, ``generation``
+(GE). In-context editors build their demonstrations from such a file too
+(:meth:`~lightning_edit.data.base.EditDataModule.demonstration_cases`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_edit.cases import EditCase, EditRequest, PromptGroup
-from lightning_edit.data.answers import answer_metrics
+from lightning_edit.data.answers import GeneratedAnswers
+from lightning_edit.data.declared import DeclaredGroup
 from lightning_edit.data.records import RecordReader, read_records
 from lightning_edit.errors import DataFormatError
 
@@ -36,7 +38,24 @@ _FLAT_KEYS = {
 }
 
 
-def counterfact_cases(path: str, generation: bool = False, answers: dict[str, str] | None = None) -> list[EditCase]:
+def counterfact_groups(
+    answers: GeneratedAnswers = GeneratedAnswers(), generation: bool = False
+) -> dict[str, DeclaredGroup]:
+    """The metrics of the scored groups, in report order: ``rewrite`` (ES), ``paraphrase`` (PS) and ``neighborhood``
+    (NS), with those of ``answers``, and with ``generation``, ``generation`` (GE)."""
+    groups = {
+        "rewrite": DeclaredGroup({"prob": "ES", "token_acc": "rewrite_acc"}, answers.metrics("ES")),
+        "paraphrase": DeclaredGroup({"prob": "PS", "token_acc": "rephrase_acc"}, answers.metrics("PS")),
+        "neighborhood": DeclaredGroup(
+            {"prob": "NS", "agreement": "locality_acc"}, answers.metrics("NS", locality=True)
+        ),
+    }
+    return groups | ({"generation": DeclaredGroup(generated={"entropy": "GE"})} if generation else {})
+
+
+def counterfact_cases(
+    path: str, generation: bool = False, answers: GeneratedAnswers = GeneratedAnswers()
+) -> list[EditCase]:
     """Every case of the CounterFact file ``path``, its format detected (ROME or flat); ``generation`` and
     ``answers`` as :func:`rome_case` (``generation`` needs the ROME format)."""
     records = read_records(path)
@@ -50,31 +69,33 @@ def counterfact_cases(path: str, generation: bool = False, answers: dict[str, st
     return [flat_case(RecordReader(path, index, record), answers) for index, record in enumerate(records)]
 
 
-def rome_case(reader: RecordReader, answers: dict[str, str] | None = None, generation: bool = False) -> EditCase:
-    """A ROME-format record's case; ``answers``: the generated-answer kinds by role
-    (:func:`~lightning_edit.data.answers.answer_kinds`), None for none; ``generation``: with the ``generation`` group
-    (GE)."""
+def rome_case(
+    reader: RecordReader, answers: GeneratedAnswers = GeneratedAnswers(), generation: bool = False
+) -> EditCase:
+    """A ROME-format record's case; ``answers``: the generated answers its groups report (none by default);
+    ``generation``: with the ``generation`` group (GE)."""
     request = rome_request(reader, _ROME_KEYS)
     new = request.target_new
     true = request.target_true
     fields = ("requested_rewrite.prompt", "paraphrase_prompts", "neighborhood_prompts")
+    declared = counterfact_groups(answers, generation)
     groups = _groups(
         request,
         reader.strings("paraphrase_prompts"),
         reader.strings("neighborhood_prompts"),
         true,
-        answers,
+        declared,
         fields,
     )
     attributes = reader.strings("attribute_prompts")
     groups["attribute"] = PromptGroup.shared_answer(attributes, new, true, record_field="attribute_prompts")
     if generation:
         prompts = reader.strings("generation_prompts")
-        groups["generation"] = PromptGroup.shared_answer(prompts, new, record_field="generation_prompts", entropy="GE")
+        groups["generation"] = declared["generation"].shared_answer(prompts, new, record_field="generation_prompts")
     return EditCase(reader.get("case_id", int), (request,), groups, f"{reader.path}#{reader.index}")
 
 
-def flat_case(reader: RecordReader, answers: dict[str, str] | None = None) -> EditCase:
+def flat_case(reader: RecordReader, answers: GeneratedAnswers = GeneratedAnswers()) -> EditCase:
     """A record's case in the flat MEND/EasyEdit split; ``answers`` as :func:`rome_case`."""
     subject = reader.string("subject")
     new = reader.answer("target_new")
@@ -86,7 +107,7 @@ def flat_case(reader: RecordReader, answers: dict[str, str] | None = None) -> Ed
         [reader.string("rephrase_prompt")],
         [reader.string("locality_prompt")],
         reader.answer("locality_ground_truth"),
-        answers,
+        counterfact_groups(answers),
         ("prompt", "rephrase_prompt", "locality_prompt"),
     )
     return EditCase(reader.get("case_id", int), (request,), groups, f"{reader.path}#{reader.index}")
@@ -110,33 +131,18 @@ def _groups(
     paraphrases: list[str],
     neighbours: list[str],
     neighbour_answer: str,
-    answers: dict[str, str] | None,
+    declared: dict[str, DeclaredGroup],
     fields: tuple[str, str, str],
 ) -> dict[str, PromptGroup]:
     """The groups of both formats: rewrite (ES), paraphrase (PS) and neighborhood (NS, the true answer preferred),
-    with the generated-answer metrics of ``answers`` (:func:`~lightning_edit.data.answers.answer_kinds`); ``fields``:
-    the record fields of their prompts."""
+    reporting the metrics ``declared`` (:func:`counterfact_groups`); ``fields``: the record fields of their prompts."""
     new = request.target_new
     true = request.target_true
-    rewrite = {"prob": "ES", "token_acc": "rewrite_acc"} | generated_metrics(answers, "rewrite")
-    paraphrase = {"prob": "PS", "token_acc": "rephrase_acc"} | generated_metrics(answers, "paraphrase")
-    neighborhood = {"prob": "NS", "agreement": "locality_acc"} | generated_metrics(answers, "neighborhood")
     return {
-        "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, record_field=fields[0], **rewrite),
-        "paraphrase": PromptGroup.shared_answer(paraphrases, new, true, record_field=fields[1], **paraphrase),
-        "neighborhood": PromptGroup.shared_answer(
-            neighbours, neighbour_answer, new, record_field=fields[2], **neighborhood
-        ),
+        "rewrite": declared["rewrite"].shared_answer([request.filled_prompt], new, true, fields[0]),
+        "paraphrase": declared["paraphrase"].shared_answer(paraphrases, new, true, fields[1]),
+        "neighborhood": declared["neighborhood"].shared_answer(neighbours, neighbour_answer, new, fields[2]),
     }
-
-
-#: group -> (the metric its generated answers are named after, whether it is a locality group)
-GENERATED = {"rewrite": ("ES", False), "paraphrase": ("PS", False), "neighborhood": ("NS", True)}
-
-
-def generated_metrics(answers: dict[str, str] | None, group: str) -> dict[str, str]:
-    """Kind -> name of the group's generated-answer metrics (none without ``generated_answers``)."""
-    return answer_metrics(answers, *GENERATED[group]) if answers else {}
 
 
 def _rest(fields: dict[str, Any], used: set[str]) -> dict[str, Any]:

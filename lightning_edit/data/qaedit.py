@@ -21,8 +21,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from lightning_edit.cases import EditCase, EditRequest, PromptGroup
-from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
+from lightning_edit.data.answers import AnswerContext, GeneratedAnswers
 from lightning_edit.data.base import EditDataModule
+from lightning_edit.data.declared import DeclaredGroup
 from lightning_edit.data.records import RecordReader, read_records
 from lightning_edit.data.sources import DataSource, SourceFile
 from lightning_edit.errors import ConfigError
@@ -76,29 +77,23 @@ class QAEdit(EditDataModule):
             raise ConfigError(f"data.locality={locality!r}: one of all, first")
         super().__init__(path, **kwargs)
         self.locality = locality
-        self.generated_answers = generated_answers
-        self.answer_kinds = answer_kinds(generated_answers, answer_judge)
-        self.answer_judge = answer_judge
+        self.answers = GeneratedAnswers(generated_answers, answer_judge)
 
     def own_kinds(self) -> list[ScoreKind]:
-        """With ``generated_answers``, its graded-answer kinds (:func:`~lightning_edit.data.answers.answer_kinds`)."""
-        return answer_score_kinds(self.generated_answers, self.answer_judge)
+        """The kinds that grade its generated answers (none without ``generated_answers``)."""
+        return self.answers.score_kinds()
 
     def load_cases(self) -> list[EditCase]:
         records = read_records(self.path)
         return [self._case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
 
-    def declared_metrics(self) -> dict[str, str]:
-        metrics = {"rewrite_acc": "token_acc", "rephrase_acc": "token_acc", "locality_acc": "agreement"}
-        for group in ("rewrite", "rephrase", "locality"):
-            metrics |= {name: kind for kind, name in self._generated(group).items()}
-        return metrics
-
-    def _generated(self, group: str) -> dict[str, str]:
-        """Kind -> name of the group's generated-answer metrics (none without ``generated_answers``)."""
-        if not self.answer_kinds:
-            return {}
-        return answer_metrics(self.answer_kinds, group, locality=group == "locality")
+    def declared_groups(self) -> dict[str, DeclaredGroup]:
+        answers = self.answers
+        return {
+            "rewrite": DeclaredGroup({"token_acc": "rewrite_acc"}, answers.metrics("rewrite")),
+            "rephrase": DeclaredGroup({"token_acc": "rephrase_acc"}, answers.metrics("rephrase")),
+            "locality": DeclaredGroup({"agreement": "locality_acc"}, answers.metrics("locality", locality=True)),
+        }
 
     def _case(self, reader: RecordReader) -> EditCase:
         subject = reader.string("subject")
@@ -107,18 +102,12 @@ class QAEdit(EditDataModule):
         target = reader.answer("target")
         rephrase = reader.string("rephrase")
         questions, answers = self._locality(reader)
+        declared = self.declared_groups()
         groups = {
-            "rewrite": PromptGroup.shared_answer(
-                [question], target, record_field="prompt", token_acc="rewrite_acc", **self._generated("rewrite")
-            ),
-            "rephrase": PromptGroup.shared_answer(
-                [rephrase], target, record_field="rephrase", token_acc="rephrase_acc", **self._generated("rephrase")
-            ),
+            "rewrite": declared["rewrite"].shared_answer([question], target, record_field="prompt"),
+            "rephrase": declared["rephrase"].shared_answer([rephrase], target, record_field="rephrase"),
             "locality": PromptGroup(
-                tuple(questions),
-                tuple(answers),
-                metrics={"agreement": "locality_acc", **self._generated("locality")},
-                record_field="locality",
+                tuple(questions), tuple(answers), metrics=declared["locality"].reported, record_field="locality"
             ),
         }
         extra = {key: value for key, value in reader.record.items() if key not in _USED_KEYS}

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from lightning_edit.cases import EditCase, EditRequest, PromptGroup
-from lightning_edit.data.answers import AnswerContext, answer_kinds, answer_metrics, answer_score_kinds
+from lightning_edit.cases import EditCase, EditRequest
+from lightning_edit.data.answers import AnswerContext, GeneratedAnswers
 from lightning_edit.data.base import EditDataModule
+from lightning_edit.data.declared import DeclaredGroup
 from lightning_edit.data.records import RecordReader, read_records
 from lightning_edit.data.sources import DataSource, SourceFile
 from lightning_edit.errors import ConfigError
@@ -36,11 +37,6 @@ ZSRE = DataSource(
     "https://rome.baulab.info/",
 )
 _USED_KEYS = {"case_id", "subject", "src", "rephrase", "alt", "answers", "loc", "loc_ans"}
-
-
-#: the groups whose answers ``generated_answers`` also generates and grades (QAEdit's reliability, generalisation,
-#: locality)
-GENERATED = ("rewrite", "rephrase", "locality")
 
 
 class ZsRE(EditDataModule):
@@ -77,13 +73,11 @@ class ZsRE(EditDataModule):
             raise ConfigError(f"data.edit_target={edit_target!r}: one of alt, answers0")
         super().__init__(path, **kwargs)
         self.edit_target = edit_target
-        self.generated_answers = generated_answers
-        self.answer_kinds = answer_kinds(generated_answers, answer_judge)
-        self.answer_judge = answer_judge
+        self.answers = GeneratedAnswers(generated_answers, answer_judge)
 
     def own_kinds(self) -> list[ScoreKind]:
-        """With ``generated_answers``, its graded-answer kinds (:func:`~lightning_edit.data.answers.answer_kinds`)."""
-        return answer_score_kinds(self.generated_answers, self.answer_judge)
+        """The kinds that grade its generated answers (none without ``generated_answers``)."""
+        return self.answers.score_kinds()
 
     def load_cases(self) -> list[EditCase]:
         cases = []
@@ -93,22 +87,16 @@ class ZsRE(EditDataModule):
                 cases.append(case)
         return cases
 
-    def declared_metrics(self) -> dict[str, str]:
-        metrics = {
-            "rewrite_acc": "token_acc",
-            "rephrase_acc": "token_acc",
-            "locality_acc": "agreement",
-            "neighborhood_acc": "token_acc",
+    def declared_groups(self) -> dict[str, DeclaredGroup]:
+        """The groups; ``generated_answers`` grades the answers to the rewrite, rephrase and locality questions
+        (QAEdit's reliability, generalisation, locality)."""
+        answers = self.answers
+        return {
+            "rewrite": DeclaredGroup({"token_acc": "rewrite_acc"}, answers.metrics("rewrite")),
+            "rephrase": DeclaredGroup({"token_acc": "rephrase_acc"}, answers.metrics("rephrase")),
+            "locality": DeclaredGroup({"agreement": "locality_acc"}, answers.metrics("locality", locality=True)),
+            "neighborhood": DeclaredGroup({"token_acc": "neighborhood_acc"}),
         }
-        for group in GENERATED if self.answer_kinds else ():
-            metrics |= {name: kind for kind, name in self._generated(group).items()}
-        return metrics
-
-    def _generated(self, group: str) -> dict[str, str]:
-        """Kind -> name of the group's generated-answer metrics (none without ``generated_answers``)."""
-        if not self.answer_kinds:
-            return {}
-        return answer_metrics(self.answer_kinds, group, locality=group == "locality")
 
     def _case(self, reader: RecordReader) -> EditCase | None:
         subject = reader.string("subject")
@@ -132,19 +120,12 @@ class ZsRE(EditDataModule):
             self.skip(reader.index, 'empty "alt": no edit target with edit_target="alt"')
             return None
         extra = {key: value for key, value in reader.record.items() if key not in _USED_KEYS}
+        declared = self.declared_groups()
         groups = {
-            "rewrite": PromptGroup.shared_answer(
-                [question], new, record_field="src", token_acc="rewrite_acc", **self._generated("rewrite")
-            ),
-            "rephrase": PromptGroup.shared_answer(
-                [rephrase], new, record_field="rephrase", token_acc="rephrase_acc", **self._generated("rephrase")
-            ),
-            "locality": PromptGroup.shared_answer(
-                [loc], loc_answer, record_field="loc", agreement="locality_acc", **self._generated("locality")
-            ),
-            "neighborhood": PromptGroup.shared_answer(
-                [loc + "?"], loc_answer, record_field="loc", token_acc="neighborhood_acc"
-            ),
+            "rewrite": declared["rewrite"].shared_answer([question], new, record_field="src"),
+            "rephrase": declared["rephrase"].shared_answer([rephrase], new, record_field="rephrase"),
+            "locality": declared["locality"].shared_answer([loc], loc_answer, record_field="loc"),
+            "neighborhood": declared["neighborhood"].shared_answer([loc + "?"], loc_answer, record_field="loc"),
         }
         request = EditRequest(template, subject, new, true, extra)
         return EditCase(case_id, (request,), groups, f"{self.path}#{reader.index}")

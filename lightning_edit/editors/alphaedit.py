@@ -13,6 +13,8 @@ restores the weights (``single``, ``batch``, and the end of a ``sequential`` run
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
 
 from lightning_edit.cases import EditRequest
@@ -63,3 +65,16 @@ class AlphaEdit(MEMIT):
     def on_edits_restored(self) -> None:
         for cache in self._edited_keys.values():
             cache.reset()
+
+    def stream_state(self) -> dict[str, Any]:
+        """MEMIT's, and C_p of every edited layer with its number of keys."""
+        state = super().stream_state()
+        for layer, cache in self._edited_keys.items():
+            state |= {f"edited_keys.{layer}": cache.matrix, f"edited_keys.{layer}.n_keys": cache.n_keys}
+        return state
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        super().load_stream_state(state)
+        for layer, cache in self._edited_keys.items():
+            cache.matrix.copy_(state[f"edited_keys.{layer}"])
+            cache.n_keys = state[f"edited_keys.{layer}.n_keys"]

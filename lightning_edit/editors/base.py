@@ -1,38 +1,49 @@
-"""The editor base class: owns the language model; a method implements the edit/undo contract.
+"""The editor base class: owns the language model and the parts of a run; a method implements the edit/undo contract.
 
 A method subclasses :class:`EditorModule` and says which parameters an edit touches (:meth:`edited_parameters`)
 and how it changes them (:meth:`apply_edits`). Every protocol goes through one edit/undo contract: before requests
 are applied, :meth:`prepare_undo` returns an :class:`Undo` that takes them back (by default a bit-exact snapshot of
 the edited parameters; an editor that adds modules or adapters returns one that removes them), and
-:meth:`EditorModule.edit` applies requests and returns their undo. What runs the edits is in two parts of the class:
-:mod:`lightning_edit.editors.protocols` (single, batch, sequential, ``fit``, several processes) and
-:mod:`lightning_edit.editors.run_metrics` (the benchmark's metrics).
+:meth:`EditorModule.edit` applies requests and returns their undo.
+
+The module owns the parts of a run and its Lightning hooks call them: ``runner`` (the protocol:
+:mod:`lightning_edit.editors.protocols`, :mod:`lightning_edit.editors.sequential`), ``metrics``
+(:class:`~lightning_edit.editors.run_metrics.RunMetrics`) and ``placement``
+(:class:`~lightning_edit.editors.placement.ModelPlacement`). One batch goes ``validation_step`` →
+``runner.score`` → the editor's ``edits_applied`` / ``apply_edits`` → ``CaseScorer.score`` → ``metrics.update``
+(docs/methods.md#how-a-run-flows).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from torch import nn
+from lightning import LightningModule
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader
 
 from lightning_edit import errors
 from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.in_context import InContext
-from lightning_edit.editors.protocols import ProtocolRunner, Undo
-from lightning_edit.editors.run_metrics import CaseAnswers, RunMetrics
+from lightning_edit.editors.placement import ModelPlacement
+from lightning_edit.editors.protocol_runner import ProtocolRunner, Undo
+from lightning_edit.editors.protocols import BatchProtocol, FitProtocol, SingleProtocol
+from lightning_edit.editors.run_metrics import RunMetrics
+from lightning_edit.editors.sequential import SequentialProtocol
+from lightning_edit.editors.stream_checkpoint import CHECKPOINT_KEY
 from lightning_edit.editors.stream_health import StreamHealth
 from lightning_edit.errors import ConfigError
-from lightning_edit.evaluation import Reference, ScoringConfig
+from lightning_edit.evaluation import ScoringConfig
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
+from lightning_edit.models.placement import is_dispatched
 from lightning_edit.models.row_updates import RowUpdates
 from lightning_edit.models.saving import save_edited_model
 from lightning_edit.models.snapshot import WeightSnapshot
 from lightning_edit.peak_memory import PeakMemory
-from lightning_edit.scoring.kinds import BUILTIN_KINDS, ScoreKind
 
 
 def require(valid: bool, setting: str, value: Any, meaning: str) -> None:
@@ -41,7 +52,7 @@ def require(valid: bool, setting: str, value: Any, meaning: str) -> None:
     errors.require(valid, f"model.{setting}", value, meaning)
 
 
-class EditorModule(ProtocolRunner, RunMetrics, ABC):
+class EditorModule(LightningModule, ABC):
     """Base of every editing method.
 
     Args:
@@ -65,6 +76,9 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         stream_health: sequential protocol with ``eval_at``: what each checkpoint measures beside the scores, the
             edited model's perplexity on held-out text and the norms of the edited weights (docs/metrics.md#stream-
             health); each can be turned off.
+        checkpoint_every: sequential protocol: write a stream checkpoint into the run's folder after the editor call
+            that brings the number of applied cases past each multiple of this (0: only after SIGTERM); resume with
+            ``--ckpt_path`` (docs/methods.md#resumable-streams).
     """
 
     #: False for methods that never change weights (the baseline, in-context editors): cases are then scored together.
@@ -87,13 +101,18 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         in_context: InContext | None = None,
         batched_single: bool = True,
         stream_health: StreamHealth | None = None,
+        checkpoint_every: int = 500,
     ):
         super().__init__()
         self.save_hyperparameters()
+        if protocol not in ("single", "batch", "sequential"):
+            raise ConfigError(f"protocol={protocol!r}: one of 'single', 'batch', 'sequential'")
         if eval_at and protocol != "sequential":
             raise ConfigError(f"eval_at={eval_at} needs protocol='sequential', not {protocol!r}")
         if edit_batch_size < 1:
             raise ConfigError(f"edit_batch_size={edit_batch_size}: cases per editor call, at least 1")
+        if checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every={checkpoint_every}: edits between stream checkpoints, or 0 for none")
         if eval_at and min(eval_at) < 1:
             raise ConfigError(f"eval_at={eval_at}: numbers of edits, each at least 1")
         if eval_sample is not None and (eval_sample < 1 or not eval_at):
@@ -107,27 +126,21 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
         self.model.requires_grad_(False)
         self.protocol = protocol
         self.edit_batch_size = edit_batch_size
-        self.eval_at = sorted(eval_at or [])
-        self.eval_sample = eval_sample
-        self.stream: list[dict[str, Any]] = []  # one record per eval_at checkpoint: edits, seconds, peak memory
         self.peak_memory = PeakMemory()  # the run's peaks and their phases (results.json's memory)
         self.scoring = scoring or ScoringConfig()
         self.output_dir = output_dir
         self.in_context = in_context
-        self.batched_single = batched_single
-        self.stream_health = stream_health or StreamHealth()
-        self._contexts: dict[int, str] = {}  # case id -> in-context text, built before any edit
-        self.metrics = nn.ModuleDict()  # created in setup from the benchmark's declared metrics
-        self.metric_kinds: dict[str, str] = {}
-        self.score_kinds: Mapping[str, ScoreKind] = dict(BUILTIN_KINDS)  # the benchmark's, from setup on
-        self.results: dict[str, dict[str, Any]] = {}
-        self.case_scores: dict[str, dict[int, float]] = {}  # metric -> case id -> mean over the case's prompts
-        self.case_answers: CaseAnswers = {}  # metric -> case id -> prompt index -> generated answer
-        self._answers: CaseAnswers = {}  # this process's, until the end of the epoch
-        self._weights: dict[tuple[str, int, int], float] = {}  # (metric, case id, prompt index) of weighted prompts
-        self._sequential: tuple[Undo, Reference] | None = None  # (undo of every edit, pre-edit reference)
-        self._left_out: dict[int, list[bool]] = {}  # case id -> which of its requests the editor edits
-        self.skipped_requests: list[dict[str, Any]] = []  # the requests it cannot edit, and why
+        self.placement = ModelPlacement(self.model, type(self).__name__, self.edits_split_models)
+        self.eval_at = sorted(eval_at or [])
+        self.metrics = RunMetrics()
+        self.runner: ProtocolRunner
+        if protocol == "sequential":
+            health = stream_health or StreamHealth()
+            self.runner = SequentialProtocol(self, edit_batch_size, self.eval_at, eval_sample, health, checkpoint_every)
+        elif protocol == "batch":
+            self.runner = BatchProtocol(self)
+        else:
+            self.runner = SingleProtocol(self, batched_single)
 
     @abstractmethod
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
@@ -176,6 +189,17 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
     def on_edits_restored(self) -> None:
         """Called after the protocol restored the weights: forget state that belongs to the undone edits."""
 
+    def stream_state(self) -> dict[str, Any]:
+        """The editor's own state along a sequential stream beside the edited parameters (running statistics, a
+        codebook, cached context templates...) for a stream checkpoint: named tensors, and values JSON can hold;
+        none by default."""
+        return {}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`stream_state` returned, on the model that holds the checkpoint's edits."""
+        if state:
+            raise ConfigError(f"{type(self).__name__} keeps no stream state, but the checkpoint holds {sorted(state)}")
+
     def prepare_statistics(self) -> None:
         """Load or compute what edits need from the unedited model (key statistics); called before any edit."""
 
@@ -195,3 +219,99 @@ class EditorModule(ProtocolRunner, RunMetrics, ABC):
             yield
         finally:
             self.undo(undo)
+
+    # Lightning hooks: each calls the part that does the work ------------------------------------------------------
+
+    def setup(self, stage: str) -> None:
+        """Create the metrics the benchmark declares (validate, test, and fit when the fit validates, as MEND's
+        training data does)."""
+        datamodule = self.trainer.datamodule
+        if not hasattr(datamodule, "declared_metrics"):
+            if stage in ("validate", "test"):
+                raise TypeError(f"{type(self).__name__} evaluates an EditDataModule benchmark, not {datamodule!r}")
+            return
+        self.metrics.declare(datamodule.declared_metrics(), datamodule.score_kinds, self.scoring.pre_edit, self.eval_at)
+
+    def configure_model(self) -> None:
+        self.placement.configure(self._trainer, self.device_mesh)
+
+    def _apply(self, fn, recurse: bool = True):
+        """Lightning moves the module to its root device; a model spread by a device map stays where it is."""
+        modules = self._modules
+        if not is_dispatched(modules.get("model")):
+            return super()._apply(fn, recurse)
+        self._modules = {name: module for name, module in modules.items() if name != "model"}
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            self._modules = modules
+
+    def transfer_batch_to_device(self, batch: list[EditCase], device: Any, dataloader_idx: int) -> list:
+        return batch  # edit cases hold text; the scorer tokenizes onto the model's device
+
+    @property
+    def shows_progress(self) -> bool:
+        """Whether long loops show a progress bar: on process 0, when the trainer shows its own (the default)."""
+        if self._trainer is None:
+            return True
+        return self.trainer.is_global_zero and self.trainer.progress_bar_callback is not None
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """``--ckpt_path`` of a sequential stream's checkpoint (:class:`StreamCheckpointIO` hands over its path): the
+        runner reads and verifies it before any edit, and goes on from it."""
+        path = checkpoint.get(CHECKPOINT_KEY)
+        if path is None:
+            return
+        if not isinstance(self.runner, SequentialProtocol):
+            raise ConfigError(f"ckpt_path={path}: a stream checkpoint resumes a 'sequential' run, not {self.protocol}")
+        if self.placement.shard_mesh is not None:
+            raise ConfigError(f"ckpt_path={path}: a sharded model writes no stream checkpoint, nor resumes one")
+        self.runner.resume_path = path
+        self.strict_loading = False  # the checkpoint's weights are loaded by the runner, not as a state dict
+
+    def on_validation_start(self) -> None:
+        self._start(self.trainer.val_dataloaders)
+
+    def on_test_start(self) -> None:
+        self._start(self.trainer.test_dataloaders)
+
+    def _start(self, loader: DataLoader) -> None:
+        if self.protocol != "sequential" and self.edit_batch_size != 1:
+            together = {"single": "each case is edited alone", "batch": "a data batch is edited together"}
+            rank_zero_info(
+                f"edit_batch_size={self.edit_batch_size} is read by protocol 'sequential' and fit only; ignored "
+                f"under {self.protocol!r}, where {together[self.protocol]}"
+            )
+        self.runner.start(loader)
+
+    def validation_step(self, batch: list[EditCase], batch_idx: int) -> None:
+        self.runner.score(batch)
+        self.runner.stop_if_requested(batch_idx)
+
+    def test_step(self, batch: list[EditCase], batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+    def on_validation_epoch_end(self) -> None:
+        """Compute the metrics (synced over processes) and log their aggregates; then the runner ends (after a
+        sequential run, every edit is undone)."""
+        results = self.metrics.compute(self.trainer.world_size, self.trainer.datamodule.derived_metrics)
+        for name, result in results.items():
+            for aggregation in ("macro", "micro"):
+                # equal on every process already (the metrics synced); sync_dist only keeps Lightning from warning
+                self.log(f"val/{name}_{aggregation}", float(result[aggregation]), sync_dist=True)
+        self.runner.end()
+
+    def on_test_epoch_end(self) -> None:
+        self.on_validation_epoch_end()
+
+    def on_fit_start(self) -> None:
+        """Closed-form editing: apply every training case, export the result, undo the edits, and end the fit."""
+        FitProtocol(self, self.edit_batch_size, self.output_dir).run()
+        self.trainer.should_stop = True
+        self.trainer.num_sanity_val_steps = 0  # nothing to sanity-check: validation is its own run
+
+    def training_step(self, batch: list[EditCase], batch_idx: int) -> None:
+        raise RuntimeError(f"{type(self).__name__} edits in closed form in on_fit_start; it has no training step")
+
+    def configure_optimizers(self) -> None:
+        return None  # nothing is trained

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -144,6 +145,24 @@ class ContextTemplateCache:
 
     def clear(self) -> None:
         self._store.clear()
+
+    def state(self, model: PreTrainedModel) -> list[dict[str, Any]]:
+        """The templates cached for ``model``, with what they were generated with (JSON; a stream checkpoint's)."""
+        fields = ("lengths", "seed", "seed_prompts", "top_k")
+        return [
+            dict(zip(fields, key[-4:])) | {"templates": templates}
+            for key, templates in self._store.items()
+            if key[2] == id(model)
+        ]
+
+    def load_state(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, state: list[dict[str, Any]]
+    ) -> None:
+        """Cache the templates :meth:`state` returned for ``model``, as if generated from it."""
+        for entry in state:
+            lengths = [tuple(pair) for pair in entry["lengths"]]
+            key = self.key(model, tokenizer, lengths, entry["seed"], entry["seed_prompts"], entry["top_k"])
+            self._store[key] = list(entry["templates"])
 
     def __len__(self) -> int:
         return len(self._store)

@@ -259,6 +259,22 @@ class GRACE(EditorModule):
 
     # Edit and undo ------------------------------------------------------------------------------------------------
 
+    def stream_state(self) -> dict[str, Any]:
+        """The codebook (its buffers and labels) and the state of the generator of cold values."""
+        state: dict[str, Any] = {"generator": self._generator.get_state()}
+        if self.adapter is not None:
+            state |= {f"codebook.{name}": buffer for name, buffer in self.adapter.named_buffers()}
+            state["labels"] = list(self.adapter.labels)
+        return state
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        self._generator.set_state(state["generator"])
+        if "labels" in state:
+            buffers = {
+                key.removeprefix("codebook."): value for key, value in state.items() if key.startswith("codebook.")
+            }
+            self.install_adapter().load(buffers, state["labels"])
+
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
         return []  # no weight of the model changes
 

@@ -7,7 +7,7 @@ of MLP output projections (docs/methods.md#locate-then-edit-machinery).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from torch import Tensor
 
@@ -67,6 +67,14 @@ class LocateThenEdit(EditorModule):
         self.update_filter = update_filter
         self.templates = ContextTemplateCache()
         self.arch = resolve_architecture(self.model)
+
+    def stream_state(self) -> dict[str, Any]:
+        """The context templates, generated from the model at the stream's first edit (a resumed stream's model
+        already holds edits)."""
+        return {"context_templates": self.templates.state(self.model)}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        self.templates.load_state(self.model, self.tokenizer, state["context_templates"])
 
     def written_update(self, delta: Tensor, W: Tensor) -> Tensor:
         """What is written for ΔW (d_out, d_in) on W (d_out, d_in): ΔW, or what ``update_filter`` makes of it."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -22,7 +22,7 @@ from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.objectives import check_training, fine_tune
-from lightning_edit.errors import refused_weights
+from lightning_edit.errors import ConfigError, refused_weights
 from lightning_edit.models.loading import ModelLoadError, ModelNotFoundError, ModelSource
 from lightning_edit.models.registry import ModuleRole, resolve_architecture
 from lightning_edit.models.saving import save_edited_model, write_edits_record
@@ -192,6 +192,22 @@ class LoRA(EditorModule):
 
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
         return []  # the base weights never change
+
+    def stream_state(self) -> dict[str, Any]:
+        """The adapters, in the order they were added, and their weights."""
+        names = self.adapter_names()
+        weights = {name: p for name, p in self.model.named_parameters() if any(f".{a}." in name for a in names)}
+        return {"adapters": names, **{f"weight.{name}": value for name, value in weights.items()}}
+
+    @torch.no_grad()
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        for _ in state["adapters"]:
+            self.add_adapter()
+        if self.adapter_names() != state["adapters"]:
+            raise ConfigError(f"LoRA's adapters {self.adapter_names()} are not the checkpoint's {state['adapters']}")
+        for key, value in state.items():
+            if key.startswith("weight."):
+                self.model.get_parameter(key.removeprefix("weight.")).copy_(value)
 
     def prepare_undo(self, requests: list[EditRequest]) -> LoraUndo:
         return LoraUndo(self)

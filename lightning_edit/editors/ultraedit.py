@@ -17,7 +17,7 @@ weights (after each case under ``single``, each batch under ``batch``, at the en
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -113,6 +113,24 @@ class UltraEdit(EditorModule):
 
     def on_edits_restored(self) -> None:
         self.norms = {}
+
+    def stream_state(self) -> dict[str, Any]:
+        """The running statistics of the stream's rows, per (d_in, d_out)."""
+        return {
+            f"norms.{d_in}x{d_out}.{name}": buffer
+            for (d_in, d_out), norm in self.norms.items()
+            for name, buffer in norm.state_dict().items()
+        }
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        device = next(iter(self.model.parameters())).device
+        shapes = {tuple(map(int, key.split(".")[1].split("x"))) for key in state}
+        self.norms = {}
+        for d_in, d_out in sorted(shapes):
+            prefix = f"norms.{d_in}x{d_out}."
+            norm = RunningNorm(d_in + d_out, eps=NORM_EPS).to(device)
+            norm.load_state_dict({key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)})
+            self.norms[(d_in, d_out)] = norm
 
     def _rows(self, requests: list[EditRequest]) -> dict[str, tuple[Tensor, Tensor]]:
         """{module: (keys (n, d_in), gradients (n, d_out))} of the requests' tokens, pass by pass, merged into the

@@ -22,6 +22,7 @@ not weights a saved model could hold).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -228,6 +229,21 @@ class WISE(EditorModule):
         return (torch.rand(d_out, d_in, generator=generator) < self.mask_ratio).to(self.site.module.weight.device)
 
     # Edit and undo ------------------------------------------------------------------------------------------------
+
+    def stream_state(self) -> dict[str, Any]:
+        """The side memories (every buffer) and the context templates, generated from the model at the first edit."""
+        state: dict[str, Any] = {"context_templates": self.templates.state(self.model)}
+        if self.memory is not None:
+            state |= {f"memory.{name}": buffer for name, buffer in self.memory.named_buffers()}
+        return state
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        self.templates.load_state(self.model, self.tokenizer, state["context_templates"])
+        buffers = {key.removeprefix("memory."): value for key, value in state.items() if key.startswith("memory.")}
+        if buffers:
+            memory = self.install_memory()
+            for name, buffer in buffers.items():
+                setattr(memory, name, buffer.to(memory.pristine.device))
 
     def edited_parameters(self, requests: list[EditRequest]) -> list[str]:
         return []  # no weight of the model changes

@@ -8,7 +8,7 @@ import torch
 from lightning import Trainer
 
 from lightning_edit.data import BAKE, CounterFact, ZsRE
-from lightning_edit.data.answers import CONTEXTS, answer_kinds, answer_score_kinds
+from lightning_edit.data.answers import CONTEXTS, GeneratedAnswers
 from lightning_edit.data.base import DataFormatError
 from lightning_edit.editors import NoEdit
 from lightning_edit.errors import ConfigError
@@ -54,13 +54,28 @@ def test_contains_is_whole_words_after_normalisation():
 
 
 def test_a_qa_instruction_wraps_the_prompt_after_any_in_context_text():
-    kind = next(k for k in answer_score_kinds("qa_inst") if k.name == answer_kinds("qa_inst")["exact"])
+    answers = GeneratedAnswers("qa_inst")
+    kind = next(k for k in answers.score_kinds() if k.name == answers.kinds["exact"])
     item = PromptItem(0, "rewrite", 0, "New fact: X.\nThe capital of Y is", "The capital of Y is", "X", None)
     (judged,) = kind.requests(item, config=None)
     assert judged.generation.prompt == "New fact: X.\n" + CONTEXTS["qa_inst"].format("The capital of Y is")
     assert judged.generation.max_new_tokens == 50 and judged.generation.stop == (".", "\n")
     with pytest.raises(ConfigError, match="generated_answers='system'"):
-        answer_kinds("system")
+        GeneratedAnswers("system")
+
+
+def test_generated_answers_name_a_groups_metrics_and_their_kinds():
+    judged = GeneratedAnswers("bare", {"exact_match": {}})
+    kinds = judged.kinds
+    assert list(kinds) == ["exact", "contains", "unchanged", "judged"]
+    assert [kind.name for kind in judged.score_kinds()] == list(kinds.values())
+    expected = {kinds["exact"]: "ES_gen", kinds["contains"]: "ES_gen_contains", kinds["judged"]: "ES_gen_judged"}
+    assert judged.metrics("ES") == expected
+    assert judged.metrics("NS", locality=True) == {kinds["unchanged"]: "NS_gen"}
+    none = GeneratedAnswers()
+    assert none.kinds == {} and none.metrics("ES") == {} and none.score_kinds() == []
+    with pytest.raises(ConfigError, match="set data.generated_answers too"):
+        GeneratedAnswers(None, {"exact_match": {}})
 
 
 def test_counterfact_generated_answers_equal_a_hand_computation(tmp_path):
@@ -79,22 +94,23 @@ def test_counterfact_generated_answers_equal_a_hand_computation(tmp_path):
             ("PS", record["paraphrase_prompts"]),
         ):
             said = [hand_answer(model, tokenizer, prompt).strip() for prompt in prompts]
-            kept = editor.case_answers[metric + "_gen"][record["case_id"]]  # what cases.jsonl shows
-            assert kept == editor.case_answers[metric + "_gen_contains"][record["case_id"]] == dict(enumerate(said))
+            answered = editor.metrics.case_answers
+            kept = answered[metric + "_gen"][record["case_id"]]  # what cases.jsonl shows
+            assert kept == answered[metric + "_gen_contains"][record["case_id"]] == dict(enumerate(said))
             answers = [normalize_answer(answer) for answer in said]
             exact = sum(answer == new for answer in answers) / len(answers)
             contains = sum(f" {new} " in f" {answer} " for answer in answers) / len(answers)
             scores = (
-                editor.case_scores[metric + "_gen"][record["case_id"]],
-                editor.case_scores[metric + "_gen_contains"][record["case_id"]],
+                editor.metrics.case_scores[metric + "_gen"][record["case_id"]],
+                editor.metrics.case_scores[metric + "_gen_contains"][record["case_id"]],
             )
             assert scores == pytest.approx((exact, contains)), (metric, record["case_id"], answers)
-    assert editor.results["ES_gen_contains"]["macro"] > 0  # the model says the true object it knows
-    assert editor.results["NS_gen"]["macro"] == 1.0
-    rows = case_rows(data.cases, editor.case_scores, editor.case_answers)
+    assert editor.metrics.results["ES_gen_contains"]["macro"] > 0  # the model says the true object it knows
+    assert editor.metrics.results["NS_gen"]["macro"] == 1.0
+    rows = case_rows(data.cases, editor.metrics.case_scores, editor.metrics.case_answers)
     neighbours = records[0]["neighborhood_prompts"]
     assert rows[0]["answers"]["NS_gen"] == [hand_answer(model, tokenizer, p).strip() for p in neighbours]
-    table = answer_rows(data.cases, editor.case_answers)
+    table = answer_rows(data.cases, editor.metrics.case_answers)
     assert [rows[0]["case_id"], "NS_gen", neighbours[0], rows[0]["answers"]["NS_gen"][0]] in table
 
 
@@ -112,8 +128,8 @@ def test_the_chat_context_asks_the_prompt_as_a_user_turn_of_the_chat_template(ev
     for case in data.cases:
         asked = f"User: {case.groups['paraphrase'].prompts[0]}\nAssistant:"
         said = hand_answer(editor.model, editor.tokenizer, asked).strip()
-        assert editor.case_answers["PS_gen"][case.case_id][0] == said
-    assert "chat template" in data.score_kinds[answer_kinds("chat")["exact"]].convention
+        assert editor.metrics.case_answers["PS_gen"][case.case_id][0] == said
+    assert "chat template" in data.score_kinds[GeneratedAnswers("chat").kinds["exact"]].convention
 
 
 def test_the_chat_context_needs_a_tokenizer_with_a_chat_template():
@@ -127,7 +143,7 @@ def test_zsre_reports_generated_answers_beside_token_accuracy():
     data = ZsRE("builtin:data/zsre.json", limit=3, generated_answers="qa_inst")
     data.setup()
     declared = data.declared_metrics()
-    kinds = answer_kinds("qa_inst")
+    kinds = GeneratedAnswers("qa_inst").kinds
     assert {name: declared[name] for name in ("rewrite_gen", "rephrase_gen_contains", "locality_gen")} == {
         "rewrite_gen": kinds["exact"],
         "rephrase_gen_contains": kinds["contains"],
@@ -144,11 +160,11 @@ def test_bake_generated_answers_equal_a_hand_computation_and_keep_the_filter(tmp
     editor = NoEdit(ModelSource(TOY))
     data = BAKE(path, generated_answers="bare", batch_size=4)
     Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
-    kinds = answer_kinds("bare")
+    kinds = GeneratedAnswers("bare").kinds
     declared = data.declared_metrics()
     for metric in ("ES", "GS", "RQS", "RJS"):
         assert declared[f"{metric}_gen"] == kinds["exact"] and declared[f"{metric}_gen_contains"] == kinds["contains"]
-    assert declared["LS_gen"] == kinds["unchanged"] and editor.results["LS_gen"]["macro"] == 1.0
+    assert declared["LS_gen"] == kinds["unchanged"] and editor.metrics.results["LS_gen"]["macro"] == 1.0
     model, tokenizer = editor.model, editor.tokenizer
     checked = 0
     for record in records:
@@ -162,15 +178,16 @@ def test_bake_generated_answers_equal_a_hand_computation_and_keep_the_filter(tmp
         }
         for metric, (prompts, expected) in asked.items():
             group = {"RQS": "reverse_qa", "RJS": "reverse_judge"}.get(metric)
-            if group and editor.case_scores[f"{group}_filtered"][case] == 1.0:
-                assert case not in editor.case_scores[f"{metric}_gen"]  # left out, as from RQS/RJS
-                assert case not in editor.case_scores[metric]
+            if group and editor.metrics.case_scores[f"{group}_filtered"][case] == 1.0:
+                assert case not in editor.metrics.case_scores[f"{metric}_gen"]  # left out, as from RQS/RJS
+                assert case not in editor.metrics.case_scores[metric]
                 continue
             answers = [normalize_answer(hand_answer(model, tokenizer, prompt).strip()) for prompt in prompts]
             new = normalize_answer(expected)
             exact = sum(answer == new for answer in answers) / len(answers)
             contains = sum(f" {new} " in f" {answer} " for answer in answers) / len(answers)
-            scores = (editor.case_scores[f"{metric}_gen"][case], editor.case_scores[f"{metric}_gen_contains"][case])
+            case_scores = editor.metrics.case_scores
+            scores = (case_scores[f"{metric}_gen"][case], case_scores[f"{metric}_gen_contains"][case])
             assert scores == pytest.approx((exact, contains)), (metric, case, answers)
             checked += 1
-    assert checked > 12 and editor.results["ES_gen"]["macro"] > 0
+    assert checked > 12 and editor.metrics.results["ES_gen"]["macro"] > 0

@@ -125,7 +125,7 @@ def stub_editor(monkeypatch):
 def validate(editor: EditorModule, **options) -> dict:
     data = BAKE(str(FIXTURE), batch_size=2, **options)
     Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
-    return editor.results
+    return editor.metrics.results
 
 
 def harmonic(*values: float) -> float:
@@ -266,7 +266,7 @@ def test_toy_reversal_curse(tmp_path):
     def validate_cli(name: str, *args: str) -> dict:
         common = [f"--config={CONFIGS / 'benchmarks/bake.yaml'}", "--data.limit=12", "--trainer.logger=false"]
         common += [f"--trainer.default_root_dir={tmp_path / name}", "--trainer.enable_progress_bar=false"]
-        return build_cli(["validate", *args, *common]).model.results
+        return build_cli(["validate", *args, *common]).model.metrics.results
 
     rome = validate_cli(
         "rome",

@@ -3,8 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from lightning_edit.cases import EditCase, EditRequest, PromptGroup
+from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.data import DataFormatError, EditDataModule
+from lightning_edit.data.declared import DeclaredGroup, declared_metrics
 from lightning_edit.data.records import RecordReader, read_records
 from lightning_edit.errors import ConfigError
 from lightning_edit.resources import ASSETS_DIR
@@ -22,12 +23,12 @@ class Numbers(EditDataModule):
                 self.skip(index, "asked to")
                 continue
             request = EditRequest("{} is", subject, "new", "old")
-            group = PromptGroup.shared_answer([f"{subject} is"], "new", "old", prob="ES")
+            group = self.declared_groups()["rewrite"].shared_answer([f"{subject} is"], "new", "old")
             cases.append(EditCase(reader.get("case_id", int), (request,), {"rewrite": group}, f"{self.path}#{index}"))
         return cases
 
-    def declared_metrics(self) -> dict[str, str]:
-        return {"ES": "prob"}
+    def declared_groups(self) -> dict[str, DeclaredGroup]:
+        return {"rewrite": DeclaredGroup({"prob": "ES"})}
 
 
 def write(path: Path, records: list) -> Path:
@@ -181,6 +182,43 @@ def test_dataloader_yields_lists_of_cases(numbers_file: Path):
     assert all(isinstance(batch, list) and all(isinstance(case, EditCase) for case in batch) for batch in batches)
     assert [len(batch) for batch in dm.test_dataloader()] == [8, 8, 4]
     assert list(dict.fromkeys(n for c in dm.cases for n in c.metric_names)) == ["ES"]
+
+
+def test_declared_metrics_are_derived_from_the_groups_in_report_order(numbers_file: Path):
+    """Each group's ``_filtered`` and metrics of scored text, then the ``_pre`` of the groups scored before editing,
+    then each group's metrics of generated text, then the derived ones."""
+    groups = {
+        "a": DeclaredGroup({"prob": "A", "token_acc": "A_acc"}, {"answer_exact_bare": "A_gen"}),
+        "b": DeclaredGroup({"prob": "B"}, {"answer_exact_bare": "B_gen"}, pre_edit_filter=True),
+        "c": DeclaredGroup({"logprob": "C"}, pre_edit=True),
+        "d": DeclaredGroup(generated={"entropy": "GE"}),
+    }
+    assert list(declared_metrics(groups, ("S",)).items()) == [
+        ("A", "prob"),
+        ("A_acc", "token_acc"),
+        ("b_filtered", "filtered"),
+        ("B", "prob"),
+        ("C", "logprob"),
+        ("C_pre", "logprob"),
+        ("A_gen", "answer_exact_bare"),
+        ("B_gen", "answer_exact_bare"),
+        ("GE", "entropy"),
+        ("S", "derived"),
+    ]
+    assert Numbers(str(numbers_file)).declared_metrics() == {"ES": "prob"}
+
+
+def test_a_declared_group_builds_its_prompt_group_and_a_benchmark_declares_something(numbers_file: Path):
+    declared = DeclaredGroup({"prob": "B"}, {"answer_exact_bare": "B_gen"}, pre_edit_filter=True)
+    group = declared.shared_answer(["p", "q"], "new", "old", record_field="field")
+    assert group.metrics == {"prob": "B", "answer_exact_bare": "B_gen"} and group.pre_edit_filter and not group.pre_edit
+    assert group.expected == ("new", "new") and group.alternatives == ("old", "old") and group.record_field == "field"
+
+    class Undeclared(Numbers):
+        declared_groups = EditDataModule.declared_groups
+
+    with pytest.raises(NotImplementedError, match="Undeclared declares neither its groups nor its metrics"):
+        Undeclared(str(numbers_file)).declared_metrics()
 
 
 def test_hyperparameters_saved(numbers_file: Path):

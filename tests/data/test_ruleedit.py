@@ -398,12 +398,12 @@ def test_an_edit_prompt_without_the_subject_is_left_out_by_editors_that_read_key
     assert [case.case_id for case in data.cases] == [0, 6]
     if editor_name == "MEMIT":
         assert calls == [["f_d", "f_d"], ["f_d", "f_d"], ["ins"]]
-        [skipped] = editor.skipped_requests
+        [skipped] = editor.runner.skipped_requests
         assert (skipped["case_id"], skipped["request"]) == (0, 2)
         assert "does not hold the subject 'rectangle'" in skipped["reason"]
-        assert editor.case_scores["Rel"].keys() == {0, 6}  # rule 0 still scored, with its f_d edits
+        assert editor.metrics.case_scores["Rel"].keys() == {0, 6}  # rule 0 still scored, with its f_d edits
     else:
-        assert calls == [["f_d", "f_d"], ["ins"]] * 2 and editor.skipped_requests == []
+        assert calls == [["f_d", "f_d"], ["ins"]] * 2 and editor.runner.skipped_requests == []
 
 
 def test_locality_tokens_expected_judges_the_first_ground_truth_tokens_of_the_answer():

@@ -203,12 +203,13 @@ def test_aggregation_gives_dmles_averages_over_records_and_blocks():
         for metric in HEADLINE + ("Port",) * (aggregation == "cal_avg"):
             rule_means = []
             for case in data.cases:
-                answers = editor.case_answers[metric][case.case_id]
+                answers = editor.metrics.case_answers[metric][case.case_id]
                 pairs = [e for g in case.groups.values() if metric in g.metrics.values() for e in g.expected]
                 values = [float(normalize_answer(answers[i]) == normalize_answer(e)) for i, e in enumerate(pairs)]
                 records = dmle_record_means(case, metric, values, aggregation)
                 rule_means.append(sum(records) / len(records))
             macros[aggregation][metric] = sum(rule_means) / len(rule_means)
-            assert editor.results[metric]["macro"] == pytest.approx(macros[aggregation][metric]), (aggregation, metric)
+            expected = pytest.approx(macros[aggregation][metric])
+            assert editor.metrics.results[metric]["macro"] == expected, (aggregation, metric)
     assert len({tuple(round(macros[a][m], 9) for m in HEADLINE) for a in macros}) == 3
     assert macros["cal_avg"]["Port"] not in (macros["cal_avg"]["IP"], macros["cal_avg"]["RU"])  # a pool of both

@@ -1,17 +1,23 @@
 """The editor base class: protocols apply cases, score them, and restore the weights exactly; fit saves edits."""
 
+import inspect
 import json
 import logging
+from abc import ABC
 from dataclasses import replace
 
 import pytest
 import torch
-from lightning import Trainer
+from lightning import LightningModule, Trainer
 
 from lightning_edit.cases import EditRequest
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import EditorModule, NoEdit
-from lightning_edit.editors.protocols import checkpoint_sample
+from lightning_edit.editors.placement import ModelPlacement
+from lightning_edit.editors.protocol_runner import ProtocolRunner
+from lightning_edit.editors.protocols import BatchProtocol, EditScoreUndo, SingleProtocol
+from lightning_edit.editors.run_metrics import RunMetrics
+from lightning_edit.editors.sequential import SequentialProtocol, checkpoint_sample
 from lightning_edit.models.loading import ModelSource, load_model
 from lightning_edit.report import RunReport
 
@@ -40,7 +46,7 @@ def run(editor: EditorModule, limit: int = 4) -> dict:
     data = CounterFact("builtin:data/counterfact-flat.json", limit=limit, batch_size=3)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
     trainer.validate(editor, datamodule=data, verbose=False)
-    return editor.results
+    return editor.metrics.results
 
 
 def test_single_protocol_edits_each_case_and_restores_bit_identically():
@@ -149,17 +155,18 @@ def test_eval_sample_scores_a_sample_at_each_checkpoint_and_every_case_at_the_en
         callbacks=[RunReport({})],
     )
     trainer.validate(editor, datamodule=data, verbose=False)
-    results = editor.results
+    results = editor.metrics.results
     assert (results["ES@2"]["n_cases"], results["ES@4"]["n_cases"], results["ES"]["n_cases"]) == (2, 2, 5)
-    assert [record["edits"] for record in editor.stream] == [2, 4]
-    assert 0 < editor.stream[0]["edit_seconds"] <= editor.stream[1]["edit_seconds"]
-    assert editor.stream[1]["host_peak_bytes"] >= editor.stream[0]["host_peak_bytes"] > 0
-    assert {record["host_peak_phase"] for record in editor.stream} <= {"loading", "statistics", "editing", "scoring"}
+    assert [record["edits"] for record in editor.runner.stream] == [2, 4]
+    assert 0 < editor.runner.stream[0]["edit_seconds"] <= editor.runner.stream[1]["edit_seconds"]
+    assert editor.runner.stream[1]["host_peak_bytes"] >= editor.runner.stream[0]["host_peak_bytes"] > 0
+    phases = {"loading", "statistics", "editing", "scoring"}
+    assert {record["host_peak_phase"] for record in editor.runner.stream} <= phases
     (path,) = tmp_path.rglob("results.json")
     written = json.loads(path.read_text())
-    assert written["stream"] == editor.stream
+    assert written["stream"] == editor.runner.stream
     (memory,) = written["memory"]  # one process
-    assert memory["process"] == 0 and memory["host_peak_bytes"] >= editor.stream[1]["host_peak_bytes"]
+    assert memory["process"] == 0 and memory["host_peak_bytes"] >= editor.runner.stream[1]["host_peak_bytes"]
     assert memory["host_peak_phase"] in ("loading", "statistics", "editing", "scoring")
 
 
@@ -246,3 +253,29 @@ def test_metrics_are_created_from_the_declaration_with_their_variants():
     declared = list(CounterFact("x").declared_metrics())
     assert list(results) == declared + [f"{m}_pre" for m in declared] + [f"{m}@2" for m in declared]
     assert results["ES@2"]["n_cases"] == 2 and results["ES_pre"]["n_cases"] == 4
+
+
+@pytest.mark.parametrize(
+    ("protocol", "runner"),
+    [("single", SingleProtocol), ("batch", BatchProtocol), ("sequential", SequentialProtocol)],
+)
+def test_the_editor_owns_its_parts(protocol, runner):
+    """No mixins: the editor is a LightningModule whose runner, metrics and placement are objects it owns."""
+    assert EditorModule.__bases__ == (LightningModule, ABC)
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol=protocol)
+    assert type(editor.runner) is runner and editor.runner.editor is editor
+    assert isinstance(editor.metrics, RunMetrics) and isinstance(editor.placement, ModelPlacement)
+    assert "metrics" in dict(editor.named_children())  # moved and synced with the module
+    for part in (ProtocolRunner, ModelPlacement):
+        assert part.__mro__[1:] == (object,)  # plain objects, not LightningModule parts
+
+
+def test_the_route_of_a_batch_names_the_object_of_each_call():
+    """Reading the source from ``validation_step``: each call to the weight update and to the metrics names the
+    object it goes to (``self.runner``, ``editor.metrics``, ``editor.apply_edits``...), resolved without running."""
+    step = inspect.getsource(EditorModule.validation_step)
+    assert "self.runner.score(batch)" in step
+    score = inspect.getsource(EditScoreUndo.score) + inspect.getsource(EditScoreUndo.edit_score_undo)
+    assert "editor.metrics.update(" in score and "editor.edits_applied(" in score and "scorer.score(" in score
+    assert "editor.apply_edits(call)" in inspect.getsource(ProtocolRunner.apply_in_order)
+    assert "self.metrics.compute(" in inspect.getsource(EditorModule.on_validation_epoch_end)

@@ -111,6 +111,6 @@ def test_every_protocol_restores_the_model_bit_identically(protocol, options, va
     data = CounterFact("builtin:data/counterfact-flat.json", limit=4, batch_size=2)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
     trainer.validate(editor, datamodule=data, verbose=False)
-    assert editor.results["ES"]["n_cases"] == 4
+    assert editor.metrics.results["ES"]["n_cases"] == 4
     state = editor.model.state_dict()
     assert state.keys() == before.keys() and all(torch.equal(before[name], state[name]) for name in state)

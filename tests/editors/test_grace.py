@@ -175,7 +175,7 @@ def test_every_protocol_restores_the_model_bit_identically(tiny_model_dir, proto
     data = CounterFact("builtin:data/counterfact-flat.json", limit=5, batch_size=2)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
     trainer.validate(editor, datamodule=data, verbose=False)
-    assert editor.results["ES"]["n_cases"] == 5
+    assert editor.metrics.results["ES"]["n_cases"] == 5
     after = state(editor)
     assert editor.adapter is None and not editor.site.module._forward_hooks
     assert after.keys() == before.keys() and all(torch.equal(after[name], before[name]) for name in before)
@@ -212,10 +212,10 @@ def test_fit_exports_the_codebook_and_validate_reloads_it(tmp_path, monkeypatch)
     assert exported["keys"].shape[0] == 4
     # ES_pre is scored before the run's own edits, so those need not train (one step each)
     validate = ["validate", *common, "--model.scoring.pre_edit=true", "--model.protocol=single", "--model.n_iter=1"]
-    unedited = build_cli([*validate, f"--trainer.default_root_dir={tmp_path / 'unedited'}"]).model.results
+    unedited = build_cli([*validate, f"--trainer.default_root_dir={tmp_path / 'unedited'}"]).model.metrics.results
     reloaded = build_cli([*validate, f"--model.codebook_path={out}", f"--trainer.default_root_dir={out}-run"])
     assert unedited["ES_pre"]["macro"] == 0.0  # the toy model knows the true facts
-    assert reloaded.model.results["ES_pre"]["macro"] == 1.0  # "before any edit of the run": with the codebook
+    assert reloaded.model.metrics.results["ES_pre"]["macro"] == 1.0  # "before any edit of the run": with the codebook
     adapter = reloaded.model.adapter  # each case was edited and undone on top of the loaded codebook
     assert all(torch.equal(adapter.get_buffer(name).cpu(), tensor) for name, tensor in exported.items())
 

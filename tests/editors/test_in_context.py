@@ -110,7 +110,7 @@ def test_configuration_errors():
 def validate(editor, path: str, limit: int | None = None) -> dict:
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
     trainer.validate(editor, datamodule=CounterFact(path, batch_size=2, limit=limit), verbose=False)
-    return editor.results
+    return editor.metrics.results
 
 
 def test_ike_changes_no_weight_and_moves_the_scores(pool):

@@ -3,6 +3,7 @@
 docs/methods.md#locate-then-edit-machinery; the invariants checked are listed in docs/methods.md#invariants.
 """
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -113,6 +114,19 @@ def test_context_template_cache_is_keyed_by_model(tiny_lm, monkeypatch):
     cache.get(other, tokenizer, ((5, 2),), seed=3)
     assert len(cache) == 3 and len(calls) == 3 and calls[-1] is other
     assert bare_and_prefixed(first) == [["{}"], first[1:]]
+
+
+def test_a_stream_checkpoint_carries_the_cached_templates_as_json(tiny_lm, monkeypatch):
+    """A resumed stream's model already holds edits: its templates are the checkpoint's, never generated again."""
+    model, tokenizer = tiny_lm
+    cache = ContextTemplateCache()
+    first = cache.get(model, tokenizer, ((5, 2),), seed=3, seed_prompts=["The"])
+    state = json.loads(json.dumps(cache.state(model)))
+    assert state == [{"lengths": [[5, 2]], "seed": 3, "seed_prompts": ["The"], "top_k": 5, "templates": first}]
+    monkeypatch.setattr(templates_module, "generate", lambda *args, **kwargs: pytest.fail("generated again"))
+    resumed = ContextTemplateCache()
+    resumed.load_state(model, tokenizer, state)
+    assert resumed.get(model, tokenizer, ((5, 2),), seed=3, seed_prompts=["The"]) == first
 
 
 # ---------------------------------------------------------------------------------------------- keys

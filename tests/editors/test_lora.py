@@ -89,7 +89,7 @@ def test_every_protocol_restores_the_model_bit_identically(protocol, options):
     data = CounterFact("builtin:data/counterfact-flat.json", limit=4, batch_size=2)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
     trainer.validate(editor, datamodule=data, verbose=False)
-    assert editor.results["ES"]["n_cases"] == 4
+    assert editor.metrics.results["ES"]["n_cases"] == 4
     assert_original(editor.model, original)
 
 
@@ -118,7 +118,7 @@ def test_fit_exports_an_adapter_or_the_merged_model_and_validate_scores_it(tmp_p
         "merged": ["--model=NoEdit", f"--model.lm.path={tmp_path / 'merged'}"],
     }
     results = {name: cli(monkeypatch, name, "validate", *flags) for name, flags in models.items()}
-    es = {name: run.model.results["ES"]["macro"] for name, run in results.items()}
+    es = {name: run.model.metrics.results["ES"]["macro"] for name, run in results.items()}
     assert es["unedited"] == 0.0 and es["adapter"] > 0.5
     assert es["merged"] == es["adapter"]
     assert results["adapter"].model.adapter_names() == ["edit_0"]  # the loaded adapter stays for the whole run

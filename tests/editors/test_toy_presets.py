@@ -34,7 +34,7 @@ def test_toy_preset_edits(method, model, tmp_path):
             *METHODS[method],
         ]
     )
-    results = cli.model.results
+    results = cli.model.metrics.results
     assert results["ES"]["n_cases"] == 8
     assert results["ES"]["macro"] == 1.0, results
     assert results["NS"]["macro"] >= 0.8, results

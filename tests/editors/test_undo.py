@@ -99,7 +99,7 @@ def test_every_protocol_removes_the_adapter_bit_identically(protocol, options, c
     )
     assert editor.applied == calls
     assert editor.undone == [True] * undos
-    assert editor.results["ES"]["n_cases"] == 5
+    assert editor.metrics.results["ES"]["n_cases"] == 5
 
 
 def test_fit_exports_the_adapter_and_undoes_it(tmp_path):

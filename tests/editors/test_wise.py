@@ -156,7 +156,7 @@ def test_every_protocol_restores_the_model_bit_identically(tiny_model_dir, proto
     data = CounterFact("builtin:data/counterfact-flat.json", limit=5, batch_size=2)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
     trainer.validate(editor, datamodule=data, verbose=False)
-    assert editor.results["ES"]["n_cases"] == 5
+    assert editor.metrics.results["ES"]["n_cases"] == 5
     after = state(editor)
     assert editor.memory is None and not editor.site.module._forward_hooks
     assert after.keys() == before.keys() and all(torch.equal(after[name], before[name]) for name in before)

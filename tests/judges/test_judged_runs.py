@@ -360,9 +360,10 @@ def test_generated_answers_graded_by_an_llm_judge(tmp_path, chat_server, monkeyp
     prompts += [p for r in records for p in r["paraphrase_prompts"]]
     assert sorted(asked) == sorted(prompts)  # each edit and paraphrase answer once; no neighbour
     for metric in ("ES", "PS"):
-        assert editor.case_scores[f"{metric}_gen_judged"] == editor.case_scores[f"{metric}_gen_contains"]
-    assert editor.results["ES_gen_judged"]["macro"] > 0 and "NS_gen_judged" not in editor.results
-    assert "answer_correct" in editor.results["ES_gen_judged"]["convention"]
+        case_scores = editor.metrics.case_scores
+        assert case_scores[f"{metric}_gen_judged"] == case_scores[f"{metric}_gen_contains"]
+    assert editor.metrics.results["ES_gen_judged"]["macro"] > 0 and "NS_gen_judged" not in editor.metrics.results
+    assert "answer_correct" in editor.metrics.results["ES_gen_judged"]["convention"]
     with pytest.raises(ConfigError, match="set data.generated_answers too"):
         CounterFact(path, answer_judge=judge)
     with pytest.raises(ConfigError, match="data.answer_judge=.*one judge and its arguments"):
@@ -398,10 +399,11 @@ def test_dmle_routing_with_a_key_has_the_llm_grade_every_metric_loc_included(tmp
     Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).validate(editor, datamodule=data, verbose=False)
     (case,) = data.cases
     for metric in ("Rel", "Gen", "Loc", "IP", "RU"):
-        assert editor.results[metric]["n_missing"] == 0 and "rule_edit_ab" in editor.results[metric]["convention"]
-        assert editor.results[f"{metric}_exact_match"]["kind"].startswith("ruleedit_exact_match")
+        result = editor.metrics.results[metric]
+        assert result["n_missing"] == 0 and "rule_edit_ab" in result["convention"]
+        assert editor.metrics.results[f"{metric}_exact_match"]["kind"].startswith("ruleedit_exact_match")
         for group in case.groups.values():
             if metric in group.metrics.values():
                 for prompt in group.prompts:  # every prompt of the metric went to the LLM, Loc's too
                     assert any(prompt in text for text in asked), (metric, prompt)
-    assert editor.results["Loc"]["n_prompts"] > 0
+    assert editor.metrics.results["Loc"]["n_prompts"] > 0

@@ -145,7 +145,7 @@ def test_a_toy_scedit_run_judged_by_the_rules(tmp_path):
         "--data.script_prompt={question}", f"--data.judge={json.dumps(judge)}",
         f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
     ])  # fmt: skip
-    metrics, judges = cli.model.results, json.loads((tmp_path / "results.json").read_text())["judges"]
+    metrics, judges = cli.model.metrics.results, json.loads((tmp_path / "results.json").read_text())["judges"]
     for name, template in TEXT_METRICS.items():
         assert metrics[name]["n_prompts"] == 4 and metrics[name]["n_missing"] == 0
         assert 1 <= metrics[name]["macro"] <= 7 and "toy rule of " + template in metrics[name]["convention"]

@@ -30,6 +30,7 @@ from lightning_edit.data.caseedit.multiple_choice import (
     kind_name,
     letter_tokens,
 )
+from lightning_edit.data.declared import DeclaredGroup
 from lightning_edit.data.records import RecordReader, read_records
 from lightning_edit.models.tokenization import format_prompt
 from lightning_edit.scoring.kinds import ScoreKind
@@ -159,14 +160,19 @@ class CaseEdit(EditDataModule):
         records = read_records(self.path)
         return [self._case(RecordReader(self.path, index, record)) for index, record in enumerate(records)]
 
-    def declared_metrics(self) -> dict[str, str]:
-        return {f"{q}_{quantity}": kind_name(self.convention, quantity) for q in QUESTIONS for quantity in QUANTITIES}
+    def declared_groups(self) -> dict[str, DeclaredGroup]:
+        """A group per question ``q``, its metrics ``q_<quantity>``."""
+        return {
+            q: DeclaredGroup({kind_name(self.convention, quantity): f"{q}_{quantity}" for quantity in QUANTITIES})
+            for q in QUESTIONS
+        }
 
     def _case(self, reader: RecordReader) -> EditCase:
         record = parse_record(reader)
         new = record["target_new"]
         true = record["ground_truth"]
         request = EditRequest(record["prompt"], record["subject"], new, true, {"relation": record["relation"]})
+        declared = self.declared_groups()
         groups = {}
         for name, question in record["questions"].items():
             options = question["options"]
@@ -179,9 +185,12 @@ class CaseEdit(EditDataModule):
                 "answer": answer,
                 "roles": _roles(options, true, new),
             }
-            metrics = {kind_name(self.convention, quantity): f"{name}_{quantity}" for quantity in QUANTITIES}
             groups[name] = PromptGroup(
-                (prompt,), (options[answer],), metrics=metrics, details=(details,), record_field=f"questions.{name}"
+                (prompt,),
+                (options[answer],),
+                metrics=declared[name].reported,
+                details=(details,),
+                record_field=f"questions.{name}",
             )
         return EditCase(record["case_id"], (request,), groups, f"{self.path}#{reader.index}")
 

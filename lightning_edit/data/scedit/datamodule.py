@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from lightning_edit.cases import EditCase, EditRequest, PromptGroup
 from lightning_edit.data.base import DataFormatError, EditDataModule
+from lightning_edit.data.declared import DeclaredGroup
 from lightning_edit.data.records import RecordReader, read_records
 from lightning_edit.data.scedit.bleedover import Bleedover
 from lightning_edit.data.scedit.spearman import spearman_figure, spearman_matrix
@@ -150,14 +151,17 @@ class ScEdit(EditDataModule):
     def source_name(self) -> str | None:
         return f"scedit-{self.variant}" if self.path == "scedit" else self.path
 
-    def declared_metrics(self) -> dict[str, str]:
-        locality = {"S-NS": "prob"} if self.variant == "cf" else {"S-BO": "bleedover"}
-        return (
-            {"ES": "prob", "S-ES": "prob"}
-            | locality
-            | ({"GE": "entropy"} if self.generation else {})
-            | (TEXT_METRICS if self.text_level else {})
-        )
+    def declared_groups(self) -> dict[str, DeclaredGroup]:
+        groups = {"rewrite": DeclaredGroup({"prob": "ES"}), "script": DeclaredGroup({"prob": "S-ES"})}
+        if self.variant == "cf":
+            groups["script_neighborhood"] = DeclaredGroup({"prob": "S-NS"})
+        else:
+            groups["script_bleedover"] = DeclaredGroup({"bleedover": "S-BO"})
+        if self.generation:
+            groups["generation"] = DeclaredGroup(generated={"entropy": "GE"})
+        if self.text_level:
+            groups["text"] = DeclaredGroup(generated={template: metric for metric, template in TEXT_METRICS.items()})
+        return groups
 
     def load_cases(self) -> list[EditCase]:
         """Every record that has the format; the others are left out and listed (:meth:`skip`)."""
@@ -211,21 +215,25 @@ class ScEdit(EditDataModule):
         request = self._request(reader, "target_new", "ground_truth", _CF_KEYS)
         new = request.target_new
         true = request.target_true
-        groups = self._shared_groups(request, reader.strings("rephrase_prompts", at_least=1), "rephrase_prompts")
+        declared = self.declared_groups()
+        scripts = reader.strings("rephrase_prompts", at_least=1)
+        groups = self._shared_groups(request, scripts, "rephrase_prompts", declared)
         neighbours = reader.strings("neighborhood_prompts", at_least=1)
-        groups["script_neighborhood"] = PromptGroup.shared_answer(
-            neighbours, true, new, record_field="neighborhood_prompts", prob="S-NS"
+        groups["script_neighborhood"] = declared["script_neighborhood"].shared_answer(
+            neighbours, true, new, record_field="neighborhood_prompts"
         )
         if self.generation:
             questions = reader.strings("generation_prompts", at_least=1)
-            groups["generation"] = PromptGroup.shared_answer(
-                questions, new, record_field="generation_prompts", entropy="GE"
+            groups["generation"] = declared["generation"].shared_answer(
+                questions, new, record_field="generation_prompts"
             )
         if self.text_level:
-            groups["text"] = self._text_group(request, reader.strings("generation_prompts", at_least=1))
+            groups["text"] = self._text_group(request, reader.strings("generation_prompts", at_least=1), declared)
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
-    def _text_group(self, request: EditRequest, questions: list[str]) -> PromptGroup:
+    def _text_group(
+        self, request: EditRequest, questions: list[str], declared: dict[str, DeclaredGroup]
+    ) -> PromptGroup:
         """The script prompt around each Script Question; the judge reads the question, the fact prompt, both
         objects and the stage as the template's tag (``post``: Completeness judges by the new object; ``pre`` for the
         unedited model's ``_pre`` scores: by the true one)."""
@@ -237,7 +245,7 @@ class ScEdit(EditDataModule):
         return PromptGroup(
             tuple(self.script_prompt.replace("{question}", question) for question in questions),
             (request.target_new,) * len(questions),
-            metrics={template: metric for metric, template in TEXT_METRICS.items()},
+            metrics=declared["text"].reported,
             details=tuple({"question": question, "context": context} for question in questions),
             record_field="generation_prompts",
         )
@@ -245,7 +253,8 @@ class ScEdit(EditDataModule):
     def _t_case(self, reader: RecordReader) -> EditCase:
         request = self._request(reader, "new_update", "old_update", _T_KEYS)
         questions = reader.strings("question", at_least=1)
-        groups = self._shared_groups(request, questions, "question")
+        declared = self.declared_groups()
+        groups = self._shared_groups(request, questions, "question", declared)
         neighbours = reader.get("neighborhood", list)
         if not neighbours:
             raise reader.error("neighborhood", "expected at least 1 neighbour, found 0")
@@ -261,19 +270,21 @@ class ScEdit(EditDataModule):
             prompts.append(neighbour["question"])
             objects.append(neighbour["object"])
         groups["script_bleedover"] = PromptGroup(
-            tuple(prompts), tuple(objects), metrics={"bleedover": "S-BO"}, record_field="neighborhood"
+            tuple(prompts), tuple(objects), metrics=declared["script_bleedover"].reported, record_field="neighborhood"
         )
         if self.generation:  # ScEdit-T has no Script Questions of its own: GE samples from its cloze prompts
-            groups["generation"] = PromptGroup.shared_answer(
-                questions, request.target_new, record_field="question", entropy="GE"
+            groups["generation"] = declared["generation"].shared_answer(
+                questions, request.target_new, record_field="question"
             )
         return EditCase(reader.get("case_id", int), (request,), groups, f"{self.path}#{reader.index}")
 
     @staticmethod
-    def _shared_groups(request: EditRequest, scripts: list[str], scripts_field: str) -> dict[str, PromptGroup]:
+    def _shared_groups(
+        request: EditRequest, scripts: list[str], scripts_field: str, declared: dict[str, DeclaredGroup]
+    ) -> dict[str, PromptGroup]:
         new = request.target_new
         true = request.target_true
         return {
-            "rewrite": PromptGroup.shared_answer([request.filled_prompt], new, true, record_field="prompt", prob="ES"),
-            "script": PromptGroup.shared_answer(scripts, new, true, record_field=scripts_field, prob="S-ES"),
+            "rewrite": declared["rewrite"].shared_answer([request.filled_prompt], new, true, record_field="prompt"),
+            "script": declared["script"].shared_answer(scripts, new, true, record_field=scripts_field),
         }
