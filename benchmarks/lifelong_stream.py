@@ -13,7 +13,9 @@ editing, scoring excluded) and the process's peak memory; then the final scores 
 adds the unedited model's scores of every edit, the reference the edits start from. ``--plot`` writes the retention
 and throughput curves as a PNG. Edits per call: each method config's own (AlphaEdit, UltraEdit 100; GRACE, WISE 1;
 MEMIT's config, written for ``batch``, 1) unless ``--edit-batch-size``. A method whose run is already in ``--root``
-(with as many edits per call) is read, not run again.
+(with as many edits per call) is read, not run again; one whose stream stopped (SIGTERM, a crash) goes on from the
+stream checkpoint in its folder (``stream_checkpoint.safetensors``, written every 500 edits and on SIGTERM): run the
+same command with the same ``--root`` again.
 """
 
 import argparse
@@ -60,6 +62,10 @@ def run_one(args: argparse.Namespace) -> None:
     if args.run != REFERENCE:
         flags += [f"--model.eval_at=[{','.join(map(str, args.checkpoints))}]", f"--model.eval_sample={args.sample}"]
     directory = args.root / f"{args.run}-{args.batch}"
+    checkpoint = directory / "stream_checkpoint.safetensors"
+    if checkpoint.is_file():  # a stream stopped earlier: go on from its checkpoint
+        print(f"{args.run}: resuming from {checkpoint}", file=sys.stderr)
+        flags.append(f"--ckpt_path={checkpoint}")
     validate(args.run, args.model, "counterfact", directory, flags, "sequential", args.batch)
 
 
@@ -146,8 +152,8 @@ def main() -> None:
         found = list((root / f"{method}-{batch}").rglob("results.json"))
         if found:
             print(f"{method}: reusing {found[0]} (delete it to run again)", file=sys.stderr)
-        else:
-            subprocess.run(command, check=True)
+        elif subprocess.run(command).returncode != 0:
+            raise SystemExit(f"{method} stopped; the same command with --root {root} goes on from its checkpoint")
         (path,) = (root / f"{method}-{batch}").rglob("results.json")
         results = json.loads(path.read_text())
         table[method if method == REFERENCE else f"{method} ({batch}/call)"] = rows_of(results)
