@@ -76,7 +76,7 @@ def _digest(metadata: dict[str, str], tensors: dict[str, Tensor]) -> str:
     """SHA-256 over the metadata (JSON, sorted keys) and each tensor's name, dtype, shape and bytes, sorted by name."""
     sha = hashlib.sha256(json.dumps(metadata, sort_keys=True).encode())
     for name in sorted(tensors):
-        tensor = tensors[name].contiguous()
+        tensor = tensors[name].detach().cpu().contiguous()  # one at a time: a device's tensors are not all copied
         sha.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
         sha.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     return sha.hexdigest()
@@ -212,4 +212,4 @@ def load_parameters(model: nn.Module, values: dict[str, Tensor]) -> None:
 
 def parameters_digest(values: dict[str, Tensor]) -> str:
     """SHA-256 of named tensors (name, dtype, shape and bytes, sorted by name): the unedited model's identity."""
-    return _digest({}, {name: value.detach().cpu() for name, value in values.items()})
+    return _digest({}, values)
