@@ -47,7 +47,7 @@ DEFAULTS = {  # the other parts of a composition when one part is under test
     "benchmarks": CONFIG_DIR / "benchmarks/counterfact.yaml",
 }
 #: What a model preset may set: ``lm`` and the arguments every locate-then-edit method accepts.
-PRESET_KEYS = {"lm", "sites", "target", "stats", "fact_token", "template_lengths"}
+PRESET_KEYS = {"lm", "sites", "target", "stats", "fact_token", "template_lengths", "mom2_update_weight"}
 
 #: (family, number of layers) of the real model behind each hub preset. A preset whose ``lm.path`` is a local or
 #: builtin directory is used as it is.
@@ -286,7 +286,7 @@ def test_locate_method_on_preset_architecture(method, preset, tiny_model_dir, ca
         assert editor.layer == preset_args["sites"]["rome_layer"] and editor.weight_name in parameters
     else:
         assert editor.layers == preset_args["sites"]["memit_layers"]
-        assert editor.mom2_update_weight == preset_args["sites"]["mom2_update_weight"]
+        assert editor.mom2_update_weight == preset_args["mom2_update_weight"]
         assert all(name in parameters for name in editor.weight_names)
 
 

@@ -36,9 +36,12 @@ def test_a_preset_loses_what_the_selected_editor_does_not_take(form):
     assert composed[2] == str(method)  # the method config is passed on as it is
 
 
-def test_the_last_class_given_selects_and_rome_keeps_everything():
-    args = ["validate", "--config", str(CONFIGS / "methods/rome.yaml"), "--config", str(TOY)]
-    assert compose_presets(args) == args  # ROME takes every key of the preset: nothing changes
+def test_the_last_class_given_selects_and_memit_keeps_everything():
+    args = ["validate", "--config", str(CONFIGS / "methods/memit.yaml"), "--config", str(TOY)]
+    assert compose_presets(args) == args  # MEMIT takes every key of the preset: nothing changes
+    everything = set(yaml.safe_load(TOY.read_text())["model"]["init_args"])
+    rome = compose_presets([*args, "--model", "ROME"])
+    assert set(yaml.safe_load(rome[4])["model"]["init_args"]) == everything - {"mom2_update_weight"}  # MEMIT's λ
     reduced = compose_presets([*args, "--model", "NoEdit"])
     assert set(yaml.safe_load(reduced[4])["model"]["init_args"]) == {"lm"}
 

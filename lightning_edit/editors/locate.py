@@ -47,7 +47,6 @@ class EditSites:
     Args:
         rome_layer: the layer ROME edits (gpt2-xl 17; GPT-J, LLaMA, Qwen 5).
         memit_layers: the layers MEMIT and AlphaEdit edit (gpt2-xl 13-17, GPT-J 3-8, LLaMA/Qwen 4-8).
-        mom2_update_weight: MEMIT's λ, the weight of the preserved keys' covariance (gpt2-xl 20000, others 15000).
         mend_layers: the layers whose MLP input and output projections MEND edits (MEND: the last three, e.g.
             gpt2-xl 45-47); None lets MEND take the model's last three layers.
         ft_layers: the layers whose MLP output projection FT, FT-L and FT-M train (FT-L: gpt2-xl and GPT-J 0,
@@ -68,7 +67,6 @@ class EditSites:
 
     rome_layer: int = 5
     memit_layers: list[int] = field(default_factory=lambda: [4, 5, 6, 7, 8])
-    mom2_update_weight: float = 15000.0
     mend_layers: list[int] | None = None
     ft_layers: list[int] = field(default_factory=lambda: [0])
     lora_layers: list[int] | None = None

@@ -29,10 +29,12 @@ from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
 
 
 class MEMIT(LocateThenEdit):
-    """Mass-Editing Memory in a Transformer: ``sites.memit_layers`` with λ = ``sites.mom2_update_weight`` (set by the
+    """Mass-Editing Memory in a Transformer: ``sites.memit_layers`` with λ = ``mom2_update_weight`` (both set by the
     model preset).
 
     Args:
+        mom2_update_weight: λ, the weight of the preserved keys' covariance C in ``ΔW (λC + K Kᵀ) = R Kᵀ`` (gpt2-xl
+            20000, others 15000; MEMIT's own, not a site: AlphaEdit, which inherits it, does not use it).
         *args, **kwargs: lm, sites, fact_token, stats, target (MEMIT: clamp_norm_factor 0.75), template_lengths
             (MEMIT: [[10, 5]]), template_seed, update_filter (:class:`LocateThenEdit`) and the EditorModule
             arguments.
@@ -41,10 +43,10 @@ class MEMIT(LocateThenEdit):
     default_target = TargetOptimization(clamp_norm_factor=0.75)
     default_template_lengths = MEMIT_TEMPLATE_LENGTHS
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, mom2_update_weight: float = 15000.0, **kwargs):
         super().__init__(*args, **kwargs)
         self.layers = sorted(self.sites.memit_layers)
-        self.mom2_update_weight = self.sites.mom2_update_weight
+        self.mom2_update_weight = mom2_update_weight
         self._covariances: dict[int, CovarianceFactor] = {}
         self.weight_names = [f"{self.arch.layer_name(self.arch.spec.mlp_out, layer)}.weight" for layer in self.layers]
 

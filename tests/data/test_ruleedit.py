@@ -354,7 +354,8 @@ def test_dmle_staged_edits_are_two_editor_calls_per_rule_with_memit():
 
     editor = MEMIT(
         ModelSource("builtin:models/tiny-gpt2"),
-        sites=EditSites(memit_layers=[0, 1], mom2_update_weight=100.0),
+        sites=EditSites(memit_layers=[0, 1]),
+        mom2_update_weight=100.0,
         stats=KeyStatistics(corpus="builtin:data/toy/corpus.txt", n_samples=20),
         target=TargetOptimization(v_num_grad_steps=2),
         template_lengths=[[5, 1]],
@@ -383,7 +384,8 @@ def test_an_edit_prompt_without_the_subject_is_left_out_by_editors_that_read_key
     if editor_name == "MEMIT":
         editor = MEMIT(
             tiny,
-            sites=EditSites(memit_layers=[0, 1], mom2_update_weight=100.0),
+            sites=EditSites(memit_layers=[0, 1]),
+            mom2_update_weight=100.0,
             stats=KeyStatistics(corpus="builtin:data/toy/corpus.txt", n_samples=20),
             target=TargetOptimization(v_num_grad_steps=2),
             template_lengths=[[5, 1]],

@@ -77,7 +77,8 @@ def test_rect_on_rome_writes_rome_update_with_only_its_top_entries():
 @pytest.mark.parametrize("base", [MEMIT, AlphaEdit])
 def test_rect_on_memit_sparsifies_every_layer_update(base):
     common = dict(
-        sites=EditSites(memit_layers=[0, 1], mom2_update_weight=100.0),
+        sites=EditSites(memit_layers=[0, 1]),
+        mom2_update_weight=100.0,
         stats=KeyStatistics(corpus="builtin:data/toy/corpus.txt", n_samples=50),
         target=TargetOptimization(v_num_grad_steps=4),
         template_lengths=[[5, 1]],
