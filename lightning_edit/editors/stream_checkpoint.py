@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from lightning_edit.errors import ConfigError
-from lightning_edit.models.placement import is_offloaded, set_offloaded, whole
+from lightning_edit.models.placement import is_offloaded, named_whole, set_offloaded
 
 FORMAT = "lightning-edit stream checkpoint 1"
 FILE_NAME = "stream_checkpoint.safetensors"
@@ -190,12 +190,7 @@ class StreamCheckpointIO(TorchCheckpointIO):
 
 def parameter_values(model: nn.Module, names: list[str]) -> dict[str, Tensor]:
     """The named parameters' values, whole (an offloaded one's read from where its device map keeps it)."""
-    values = {}
-    for name in names:
-        param = model.get_parameter(name)
-        owner, _, attribute = name.rpartition(".")
-        values[name] = whole(model.get_submodule(owner), attribute) if is_offloaded(param) else param.detach()
-    return values
+    return {name: named_whole(model, name).detach() for name in names}
 
 
 @torch.no_grad()

@@ -12,8 +12,8 @@ A parameter is either
   from that map, and an edited value is put in the map's memory, where the hook looks first: the checkpoint and the
   offload folder are never written.
 
-:func:`whole` reads a parameter whole, :func:`add_to_weight` adds an update computed whole, :func:`set_offloaded`
-replaces an offloaded value (undo).
+:func:`whole` (:func:`named_whole`: by name) reads a parameter whole, :func:`add_to_weight` adds an update computed
+whole, :func:`set_offloaded` replaces an offloaded value (undo).
 """
 
 from __future__ import annotations
@@ -90,6 +90,12 @@ def whole(module: nn.Module, name: str = "weight") -> Tensor:
         hook = _offload_hook(module, name)
         return hook.weights_map[name].to(hook.execution_device)
     return tensor
+
+
+def named_whole(model: nn.Module, name: str) -> Tensor:
+    """Parameter (or buffer) ``name`` of ``model`` whole, as :func:`whole` reads it."""
+    owner, _, attribute = name.rpartition(".")
+    return whole(model.get_submodule(owner), attribute)
 
 
 def set_offloaded(module: nn.Module, name: str, value: Tensor) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from lightning_edit.models.placement import whole
+from lightning_edit.models.placement import named_whole
 from lightning_edit.models.registry import resolve_architecture
 
 SAMPLE_SIZE = 4096
@@ -75,12 +75,6 @@ def _block_index(name: str, block_prefix: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def _value(model: nn.Module, name: str) -> torch.Tensor:
-    """Parameter ``name`` whole (sharded: gathered; offloaded: loaded): fingerprints are of values."""
-    owner, _, attribute = name.rpartition(".")
-    return whole(model.get_submodule(owner), attribute)
-
-
 def model_fingerprints(model: nn.Module, layers: Iterable[int]) -> dict[int, str]:
     """``{layer: fingerprint}`` for each layer; each parameter is read once however many layers are asked for."""
     layers = sorted(set(layers))
@@ -89,7 +83,7 @@ def model_fingerprints(model: nn.Module, layers: Iterable[int]) -> dict[int, str
     prefix = resolve_architecture(model).spec.blocks.split("{}")[0]
     depth = {name: _block_index(name, prefix) for name, _ in model.named_parameters()}
     digests = {
-        name: tensor_digest(_value(model, name))
+        name: tensor_digest(named_whole(model, name))
         for name in depth
         if depth[name] is None or depth[name] <= layers[-1]
     }
@@ -109,7 +103,7 @@ def weights_digest(model: nn.Module) -> str:
     model's weights, whatever folder they were read from."""
     digest = hashlib.sha256(config_digest(model).encode())
     for name in sorted(name for name, _ in model.named_parameters()):
-        digest.update(f"\n{name}={tensor_digest(_value(model, name))}".encode())
+        digest.update(f"\n{name}={tensor_digest(named_whole(model, name))}".encode())
     return digest.hexdigest()
 
 
