@@ -41,7 +41,6 @@ from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 from lightning_edit import tools  # noqa: E402
 from lightning_edit.data import CounterFact  # noqa: E402
 from lightning_edit.editors import MEMIT, ROME, AlphaEdit  # noqa: E402
-from lightning_edit.editors.locate import EditSites  # noqa: E402
 from lightning_edit.editors.solvers import CovarianceFactor, memit_update  # noqa: E402
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer, load_tokenizer  # noqa: E402
 from lightning_edit.models.snapshot import WeightSnapshot  # noqa: E402
@@ -112,7 +111,7 @@ def statistics_section(args, model_dir: Path, stats: KeyStatistics) -> None:
             stats.corpus,
             layers,
             n_samples=stats.n_samples,
-            batch_size=stats.batch_size,
+            documents_per_forward=stats.documents_per_forward,
             cache_dir=cache_dir,
             progress=False,
         )
@@ -140,9 +139,9 @@ def statistics_section(args, model_dir: Path, stats: KeyStatistics) -> None:
 
 
 def make_editor(cls, args, model_dir: Path, stats: KeyStatistics):
-    sites = EditSites(rome_layer=args.edit_layers[-1], memit_layers=args.edit_layers)
+    sites = {"layer": args.edit_layers[-1]} if cls is ROME else {"layers": args.edit_layers}
     extra = {"nullspace_threshold": args.nullspace_threshold} if cls is AlphaEdit else {}
-    editor = cls(ModelSource(str(model_dir)), sites, stats=stats, **extra)
+    editor = cls(ModelSource(str(model_dir)), stats=stats, **sites, **extra)
     editor.target = replace(editor.target, v_num_grad_steps=args.grad_steps)
     return editor.to(args.device)
 
@@ -235,7 +234,7 @@ def main() -> None:
     parser.add_argument(
         "--max-length", type=tools.positive_int, default=256, help="context length (tokens kept per document)"
     )
-    parser.add_argument("--stats-batch-size", type=tools.positive_int, default=8)
+    parser.add_argument("--documents-per-forward", type=tools.positive_int, default=8, help="statistics pass")
     parser.add_argument("--solver-d-in", type=tools.positive_int, default=2048)
     parser.add_argument("--solver-n", type=tools.positive_int, nargs="+", default=[1, 10, 100, 1000])
     parser.add_argument("--lam", type=float, default=15000.0, help="MEMIT's mom2_update_weight")
@@ -261,7 +260,7 @@ def main() -> None:
         stats = KeyStatistics(
             corpus=str(tmp / "documents.txt"),
             n_samples=args.documents,
-            batch_size=args.stats_batch_size,
+            documents_per_forward=args.documents_per_forward,
             cache_dir=str(tmp / "cache"),
         )
         statistics_section(args, tmp / "model", stats)

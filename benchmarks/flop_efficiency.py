@@ -41,7 +41,6 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from lightning_edit import tools  # noqa: E402
 from lightning_edit.data import CounterFact  # noqa: E402
 from lightning_edit.editors import MEMIT, ROME  # noqa: E402
-from lightning_edit.editors.locate import EditSites  # noqa: E402
 from lightning_edit.editors.target_vector import TargetOptimization  # noqa: E402
 from lightning_edit.evaluation import CaseScorer, ScoringConfig  # noqa: E402
 from lightning_edit.models.loading import ModelSource, load_tokenizer  # noqa: E402
@@ -96,14 +95,13 @@ def make_editor(method: str, args, directory: Path, full_forward: bool, batched:
         v_num_grad_steps=args.steps, early_stop_loss=float("-inf"), full_forward=full_forward,
         clamp_norm_factor=4.0 if method == "rome" else 0.75,
     )  # fmt: skip
-    sites = EditSites(rome_layer=args.layer, memit_layers=args.memit_layers)
-    common = dict(sites=sites, target=target, batched_single=batched)
+    common = dict(target=target, batched_single=batched)
     if method == "rome":
-        editor = ROME(ModelSource(str(directory)), mom2_adjustment=False, **common)
+        editor = ROME(ModelSource(str(directory)), layer=args.layer, mom2_adjustment=False, **common)
     else:
         stats = KeyStatistics(corpus=str(directory / "corpus.txt"), n_samples=args.documents,
                               cache_dir=str(directory / "stats"))  # fmt: skip
-        editor = MEMIT(ModelSource(str(directory)), stats=stats, **common)
+        editor = MEMIT(ModelSource(str(directory)), layers=args.memit_layers, stats=stats, **common)
     editor.to(args.device)
     editor.prepare_statistics()
     if method == "rome":

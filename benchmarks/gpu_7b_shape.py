@@ -38,9 +38,9 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from lightning_edit import tools  # noqa: E402
 from lightning_edit.data import CounterFact  # noqa: E402
 from lightning_edit.editors import MEMIT, ROME, AlphaEdit, UltraEdit  # noqa: E402
-from lightning_edit.editors.locate import EditSites  # noqa: E402
 from lightning_edit.editors.target_vector import TargetOptimization  # noqa: E402
 from lightning_edit.models.loading import ModelSource, load_tokenizer  # noqa: E402
+from lightning_edit.presets import editor_arguments  # noqa: E402
 from lightning_edit.resources import builtin_texts  # noqa: E402
 from lightning_edit.stats.config import KeyStatistics  # noqa: E402
 
@@ -79,13 +79,13 @@ def write_corpus(directory: Path, documents: int, words: int) -> Path:
 
 
 def make_editor(name: str, directory: Path, dtype: str, corpus: Path, documents: int):
-    preset = yaml.safe_load((ROOT / "configs/models/llama-2-7b.yaml").read_text())["model"]["init_args"]
-    source = ModelSource(str(directory), dtype=dtype)
+    preset = yaml.safe_load((ROOT / "configs/models/llama-2-7b.yaml").read_text())
+    arguments = editor_arguments(preset, EDITORS[name])  # the preset's lm and the editor's sections
+    arguments["lm"] = ModelSource(str(directory), dtype=dtype)
     if name == "UltraEdit":
-        return UltraEdit(source, sites=EditSites(**preset["sites"]))
+        return UltraEdit(**arguments)
     stats = KeyStatistics(corpus=str(corpus), n_samples=documents, cache_dir=str(directory / "stats"))
-    common = dict(sites=EditSites(**preset["sites"]), stats=stats, target=TargetOptimization(**preset["target"]))
-    return EDITORS[name](source, **common)
+    return EDITORS[name](**arguments | dict(stats=stats, target=TargetOptimization(**arguments["target"])))
 
 
 def measure(editor, requests: list, device: str) -> dict[str, float]:

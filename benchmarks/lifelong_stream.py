@@ -3,19 +3,23 @@
     python benchmarks/lifelong_stream.py --methods unedited MEMIT AlphaEdit UltraEdit --edit-batch-size 100 \\
         --edits 10000 --checkpoints 1000 5000 10000 --sample 200 --plot docs/figures/lifelong-stream-toy-gpt2.png
     python benchmarks/lifelong_stream.py --methods UltraEdit --edits 1000 --checkpoints 1000 --edit-batch-size 10
+    python benchmarks/lifelong_stream.py --model smollm2-135m --data counterfact-train.json --edits 1000 \\
+        --checkpoints 100 500 1000 --methods UltraEdit GRACE --flags --model.stats.corpus=smollm2-samples.jsonl
 
 Each method is one ``lightning-edit validate`` run under ``sequential`` (``toy_runs.validate``, in a process of its
 own so that its peak memory is its own) on a stream of toy CounterFact edits (``lightning_edit.toy.stream``: the toy
-world's 929 facts, then facts of generated subjects), with ``--model.eval_at`` at the checkpoints and
-``--model.eval_sample`` cases scored at each (the same cases for every method). Per checkpoint it prints ES / PS / NS
+world's 929 facts, then facts of generated subjects) or, with ``--data``, the first ``--edits`` records of a CounterFact
+file (a real model: ``--model`` its preset, ``--flags`` its other settings, e.g. the key statistics corpus), with
+``--model.eval_at`` at the checkpoints and ``--model.eval_sample`` cases scored at each (the same cases for every
+method). Per checkpoint it prints ES / PS / NS
 (and rewrite_acc, locality_acc) of the sample (macro means), edits/s (cumulative: edits over the seconds spent
 editing, scoring excluded) and the process's peak memory; then the final scores of every edit. ``--methods unedited``
 adds the unedited model's scores of every edit, the reference the edits start from. ``--plot`` writes the retention
 and throughput curves as a PNG. Edits per call: each method config's own (AlphaEdit, UltraEdit 100; GRACE, WISE 1;
-MEMIT's config, written for ``batch``, 1) unless ``--edit-batch-size``. A method whose run is already in ``--root``
-(with as many edits per call) is read, not run again; one whose stream stopped (SIGTERM, a crash) goes on from the
-stream checkpoint in its folder (``stream_checkpoint.safetensors``, written every 500 edits and on SIGTERM): run the
-same command with the same ``--root`` again.
+MEMIT 8) unless ``--edit-batch-size``. A method whose run is already in ``--root`` (with as many edits per call) is
+read, not run again; one whose stream stopped (SIGTERM, a crash) goes on from the stream checkpoint in its folder
+(``stream_checkpoint.safetensors``, written every 500 edits and on SIGTERM): run the same command with the same
+``--root`` again.
 """
 
 import argparse
@@ -58,7 +62,7 @@ def run_one(args: argparse.Namespace) -> None:
     from toy_runs import validate
 
     torch.set_num_threads(args.threads)
-    flags = [f"--data.path={args.stream}"]
+    flags = [f"--data.path={args.stream}", f"--data.limit={args.edits}", *args.flags]
     if args.run != REFERENCE:
         flags += [f"--model.eval_at=[{','.join(map(str, args.checkpoints))}]", f"--model.eval_sample={args.sample}"]
     directory = args.root / f"{args.run}-{args.batch}"
@@ -70,7 +74,10 @@ def run_one(args: argparse.Namespace) -> None:
 
 
 def rows_of(results: dict) -> list[dict]:
-    """One row per checkpoint (the sample's scores), then one of every edit's final scores."""
+    """One row per checkpoint (the sample's scores and the model's health: held-out perplexity, ‖W − W₀‖ over every
+    edited weight), then one of every edit's final scores."""
+    from lightning_edit.editors.stream_health import stream_summary
+
     rows = []
     for record in results.get("stream", []):
         n = record["edits"]
@@ -81,6 +88,8 @@ def rows_of(results: dict) -> list[dict]:
                 **scores,
                 "edits_per_s": n / record["edit_seconds"],
                 "peak_gib": max(record.get("gpu_peak_bytes", {}).values(), default=record["host_peak_bytes"]) / 2**30,
+                **stream_summary(record),
+                "perplexity_unedited": record.get("heldout", {}).get("perplexity_unedited"),
             }
         )
     final = {m: results["metrics"][m]["macro"] for m in METRICS}
@@ -93,7 +102,8 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(METRICS) + 1, figsize=(3.6 * (len(METRICS) + 1), 3.2))
+    panels = len(METRICS) + 3  # the scores, then perplexity, ‖ΔW‖ and edits/s
+    figure, axes = plt.subplots(1, panels, figsize=(3.6 * panels, 3.2))
     for method, rows in table.items():
         rows = [row for row in rows if isinstance(row["edits"], int)]  # the checkpoints
         if not rows:
@@ -102,6 +112,13 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
         for axis, metric in zip(axes, METRICS):
             axis.plot(edits, [row[metric] for row in rows], marker="o", label=method)
             axis.set(title=metric, xlabel="edits", ylim=(0, 1.02))
+        for axis, key, title in (
+            (axes[-3], "heldout_perplexity", "held-out perplexity"),
+            (axes[-2], "weight_change", "‖W − W₀‖"),
+        ):
+            if all(row.get(key) is not None for row in rows):
+                axis.plot(edits, [row[key] for row in rows], marker="o", label=method)
+                axis.set(title=title, xlabel="edits")
         axes[-1].plot(edits, [row["edits_per_s"] for row in rows], marker="o", label=method)
         axes[-1].set(title="edits/s (cumulative)", xlabel="edits", yscale="log")
     axes[0].legend()
@@ -127,7 +144,9 @@ def main() -> None:
         "--edit-batch-size", type=tools.positive_int, default=None, help="edits per call (default: the config's)"
     )
     parser.add_argument("--threads", type=tools.positive_int, default=2, help="torch CPU threads")
+    parser.add_argument("--data", type=Path, default=None, help="a CounterFact file (default: the toy stream)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
+    parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="appended to every run's command")
     parser.add_argument("--plot", type=Path, default=None, help="write the curves to this PNG")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # the child process: the method to run
     parser.add_argument("--stream", type=Path, help=argparse.SUPPRESS)
@@ -140,7 +159,7 @@ def main() -> None:
     args.checkpoints = args.checkpoints or [n for n in (1000, 5000) if n < args.edits] + [min(args.edits, 10000)]
     root = args.root or Path(tempfile.mkdtemp(prefix="lifelong_stream_"))
     root.mkdir(parents=True, exist_ok=True)
-    stream = root / f"toy_stream_{args.edits}.json"
+    stream = args.data.resolve() if args.data else root / f"toy_stream_{args.edits}.json"
     if not stream.is_file():
         write_stream(stream, args.edits)
     table = {}
@@ -148,7 +167,9 @@ def main() -> None:
         batch = 1 if method == REFERENCE else args.edit_batch_size or config_batch(method)
         command = [sys.executable, __file__, "--run", method, "--stream", str(stream), "--batch", str(batch)]
         command += ["--model", args.model, "--root", str(root), "--threads", str(args.threads)]
-        command += ["--sample", str(args.sample), "--checkpoints", *map(str, args.checkpoints)]
+        command += ["--sample", str(args.sample), "--edits", str(args.edits)]
+        command += ["--checkpoints", *map(str, args.checkpoints)]
+        command += ["--flags", *args.flags] if args.flags else []
         found = list((root / f"{method}-{batch}").rglob("results.json"))
         if found:
             print(f"{method}: reusing {found[0]} (delete it to run again)", file=sys.stderr)
@@ -157,14 +178,19 @@ def main() -> None:
         (path,) = (root / f"{method}-{batch}").rglob("results.json")
         results = json.loads(path.read_text())
         table[method if method == REFERENCE else f"{method} ({batch}/call)"] = rows_of(results)
-    print(f"\n{args.model}, {args.edits} toy edits, {args.sample} sampled cases per checkpoint (runs in {root})\n")
-    print(f"| method | edits | {' | '.join(METRICS)} | edits/s | peak memory (GiB) |")
-    print("|---|---|" + "---|" * (len(METRICS) + 2))
+    edits = f"{args.edits} {'edits of ' + args.data.name if args.data else 'toy edits'}"
+    print(f"\n{args.model}, {edits}, {args.sample} sampled cases per checkpoint (runs in {root})\n")
+    print(f"| method | edits | {' | '.join(METRICS)} | perplexity (unedited) | ‖ΔW‖ | edits/s | peak memory (GiB) |")
+    print("|---|---|" + "---|" * (len(METRICS) + 4))
     for method, rows in table.items():
         for row in rows:
             scores = " | ".join(f"{row[m]:.2f}" for m in METRICS)
+            health = " | "
+            if row.get("heldout_perplexity") is not None:
+                health = f"{row['heldout_perplexity']:.1f} ({row['perplexity_unedited']:.1f}) | "
+            health += f"{row['weight_change']:.2f}" if row.get("weight_change") is not None else ""
             speed = f"{row['edits_per_s']:.1f} | {row['peak_gib']:.2f}" if "edits_per_s" in row else " |"
-            print(f"| {method} | {row['edits']} | {scores} | {speed} |")
+            print(f"| {method} | {row['edits']} | {scores} | {health} | {speed} |")
     if args.plot:
         plot({method: rows[:-1] for method, rows in table.items()}, args.plot)
         print(f"\ncurves written to {args.plot}")

@@ -19,10 +19,11 @@ import yaml
 from lightning_edit import tools
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import ROME
-from lightning_edit.editors.locate import EditSites, compute_keys
+from lightning_edit.editors.locate import compute_keys
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.tokenization import encode_prompt
+from lightning_edit.presets import editor_arguments
 from lightning_edit.stats.config import KeyStatistics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,10 +52,10 @@ def main() -> None:
     parser.add_argument("--rome", type=Path, required=True, help="cases.jsonl of the ROME run")
     parser.add_argument("--unedited", type=Path, required=True, help="cases.jsonl of the unedited run")
     args = parser.parse_args()
-    preset = yaml.safe_load((ROOT / "configs/models" / f"{args.preset}.yaml").read_text())["model"]["init_args"]
+    preset = editor_arguments(yaml.safe_load((ROOT / "configs/models" / f"{args.preset}.yaml").read_text()), ROME)
     editor = ROME(
         ModelSource(**preset["lm"]),
-        sites=EditSites(**preset["sites"]),
+        layer=preset["layer"],
         stats=KeyStatistics(corpus=args.stats_corpus, n_samples=args.stats_samples),
     )
     covariance = editor.covariance()

@@ -7,7 +7,8 @@ Each row is one ``lightning-edit validate`` run, in-process, of the composed con
 ``configs/methods/<method>.yaml`` + ``configs/models/<model>.yaml`` + ``configs/benchmarks/counterfact.yaml`` on
 ``builtin:data/toy/counterfact.json`` (``--data.limit``), exactly what the printed command line runs. ``NoEdit``
 gives the unedited reference. r-ROME is ROME with ``--model.key prompt``. The sequential protocol applies all
-edits, ``--edit-batch-size`` per call for every method (default 1: one by one; AlphaEdit's config says 100), then
+edits, ``--edit-batch-size`` per call for every method (default 1: one by one; AlphaEdit's config says 100; the batch
+protocol edits as many together), then
 scores every case on the final model. Metrics are macro means (ROME's aggregation);
 results.json of each run is under ``--root``.
 """
@@ -48,7 +49,7 @@ def main() -> None:
         "--limit", type=tools.positive_int, default=50, help="edits (the first cases of the toy CounterFact file)"
     )
     parser.add_argument(
-        "--edit-batch-size", type=tools.positive_int, default=1, help="sequential protocol: edits per editor call"
+        "--edit-batch-size", type=tools.positive_int, default=1, help="edits per editor call (batch, sequential)"
     )
     parser.add_argument(
         "--threads", type=tools.positive_int, default=None, help="torch CPU threads (default: torch's choice)"

@@ -29,7 +29,7 @@ METHODS = {
     "LoRA": ("lora", True, ["--model.num_steps=20", "--model.early_stop_loss=1e-2", "--model.lr=1e-3"]),
     "RECT": ("rect", True, []),
     "UltraEdit": ("ultraedit", True, ["--model.lr=5e-4"]),
-    "MEND": ("mend", True, ["--model.sites.mend_layers=[2,3]"]),  # configs/toy/mend.yaml's; a run adds ckpt_path
+    "MEND": ("mend", True, ["--model.layers=[2,3]"]),  # configs/toy/mend.yaml's; a run adds ckpt_path
     "PROMPT": ("prompt", False, []),
     "IKE": ("ike", False, []),
 }
@@ -46,11 +46,11 @@ def validate(
     directory: Path,
     flags: list[str],
     protocol: str = "single",
-    edit_batch_size: int = 1,
+    edit_batch_size: int | None = None,
 ) -> tuple[dict, float]:
     """Run one row, ``METHODS[method]`` on ``configs/models/<model>.yaml`` (a preset, or the bare model for editors
-    that take none) and ``configs/benchmarks/<benchmark>.yaml`` under ``protocol``, then ``flags``; print its command
-    on stderr.
+    that take none) and ``configs/benchmarks/<benchmark>.yaml`` under ``protocol`` (``edit_batch_size`` cases per
+    editor call; None: the method config's), then ``flags``; print its command on stderr.
 
     Returns the run's metrics (results.json's) and its wall-clock seconds. A rejected option raises ``ArgumentError``
     (one line under ``tools.run``), as ``lightning-edit`` prints it."""
@@ -59,7 +59,8 @@ def validate(
     config, composes, toy_flags = METHODS[method]
     toy_flags = toy_flags + MODEL_FLAGS.get(model, {}).get(method, [])  # the later flag wins
     if method != "unedited":
-        toy_flags = [f"--model.protocol={protocol}", f"--model.edit_batch_size={edit_batch_size}", *toy_flags]
+        per_call = [] if edit_batch_size is None else [f"--model.edit_batch_size={edit_batch_size}"]
+        toy_flags = [f"--model.protocol={protocol}", *per_call, *toy_flags]
     args = [f"--config={ROOT / 'configs/methods' / config}.yaml"]
     args += (
         [f"--config={ROOT / 'configs/models' / model}.yaml"]

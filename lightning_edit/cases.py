@@ -36,7 +36,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_edit.errors import DataFormatError
+from lightning_edit.errors import ConfigError, DataFormatError
 
 
 @dataclass(frozen=True)
@@ -234,6 +234,21 @@ class EditBatches(Dataset):
 
 def _unwrap(items: list[list[EditCase]]) -> list[EditCase]:
     return items[0]
+
+
+#: edit cases per validation step where neither the data config nor the ``batch`` protocol sets it
+CASES_PER_STEP = 8
+
+
+def steps_of_editor_calls(setting: str, given: int | None, edit_batch_size: int) -> int:
+    """The cases per validation step under ``batch``, where a step is one editor call: the editor's
+    ``edit_batch_size``; ``given`` (the data module's own ``setting``, None when unset) may only repeat it."""
+    if given is not None and given != edit_batch_size:
+        raise ConfigError(
+            f"{setting}={given}: under protocol 'batch' the cases edited together are model.edit_batch_size "
+            f"({edit_batch_size}); set that, not {setting}"
+        )
+    return edit_batch_size
 
 
 def edit_batch_loader(cases: list[EditCase], batch_size: int) -> DataLoader:

@@ -72,7 +72,7 @@ class ScoringConfig:
     """How evaluation prompts are scored.
 
     Args:
-        batch_size: sequences per forward pass.
+        sequences_per_forward: sequences (a prompt with its target, or a prompt to continue) per forward pass.
         chat_template: format every prompt as one user turn of the tokenizer's chat template (instruct models).
             Off by default, as in the papers; note EasyEdit applies it to all but locality prompts.
         generation_max_length: tokens of prompt + generated text for generation metrics (ROME: 100).
@@ -83,7 +83,7 @@ class ScoringConfig:
             for it, such as BAKE's log-probability analysis, always are).
     """
 
-    batch_size: int = 32
+    sequences_per_forward: int = 32
     chat_template: bool = False
     generation_max_length: int = 100
     generation_top_k: int = 5
@@ -166,7 +166,7 @@ class CaseScorer:
         requests = [request for _, request in asked]
         owner_list = None if owners is None else [owners[item.case_id] for item, _ in asked]
         with finite_logits(self.model):
-            return run_requests(self.model, self.tokenizer, requests, self.config.batch_size, owner_list)
+            return run_requests(self.model, self.tokenizer, requests, self.config.sequences_per_forward, owner_list)
 
     def _first_non_finite(self, asked: list[tuple[PromptItem, Request]], owners: dict[int, int] | None) -> PromptItem:
         """The first prompt whose requests alone give non-finite logits (run again prompt by prompt; on a sharded

@@ -1,50 +1,67 @@
-"""Model presets compose with every editor: each editor takes from a preset what it accepts.
+"""Model presets compose with every editor: the selected editor takes the preset's sections of its own classes.
 
-A model preset (``configs/models/<model>.yaml``) describes one model for every editor: ``lm``, the ``sites`` of each
-editor, and the values only some editors read (``target`` of the locate-then-edit family; the toy presets also set
-``fact_token``, ``template_lengths`` and ``stats``). A preset is a config file whose ``model`` has ``init_args`` and
-no ``class_path``. Before the command line is parsed, :func:`compose_presets` drops from each preset the top-level
-arguments that the selected editor (the last ``class_path`` or ``--model`` given) does not accept, and logs which,
-so ``--config configs/methods/ft.yaml --config configs/models/llama-3-8b.yaml`` works although FT has no ``target``.
-Only preset files are filtered: an argument given in a method config or as a flag is still checked strictly.
+A model preset (``configs/models/<model>.yaml``) describes one model for every editor. ``model.init_args`` holds
+what every editor takes (``lm``); ``model.editors`` holds one section per editor class, each with that class's own
+arguments (peft's way: every method owns its sites and hyper-parameters)::
+
+    model:
+      init_args:
+        lm: {path: gpt2-xl, dtype: float32}
+      editors:
+        LocateThenEdit: {target: {v_num_grad_steps: 25}}   # ROME, MEMIT and AlphaEdit
+        ROME: {layer: 17}
+        MEMIT: {layers: [13, 14, 15, 16, 17], mom2_update_weight: 20000.0}
+        FT: {layers: [0]}
+
+A preset is a config file whose ``model`` has ``editors`` and no ``class_path``. Before the command line is parsed,
+:func:`compose_presets` merges into its ``init_args`` the sections of the classes of the selected editor (the last
+``class_path`` or ``--model`` given), base classes first, so a subclass's section overrides its base's (AlphaEdit,
+a MEMIT, takes MEMIT's section unless it has its own), and drops ``editors``; jsonargparse then checks every value
+strictly. So ``--config configs/methods/ft.yaml --config configs/models/llama-3-8b.yaml`` gives FT the preset's
+``lm`` and its ``FT`` section. A section named after a class that is not an editor, or an argument its class does
+not take, is a :class:`~lightning_edit.errors.ConfigError` naming the file and key.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import logging
 from pathlib import Path
 from typing import Any
 
 import yaml
 from lightning import LightningModule
 
-log = logging.getLogger(__name__)
+from lightning_edit.editors import EditorModule
+from lightning_edit.errors import ConfigError
 
 
 def compose_presets(args: list[str]) -> list[str]:
-    """``args`` with every model preset given by ``--config`` reduced to what the selected editor accepts."""
+    """``args`` with every model preset given by ``--config`` replaced by the ``init_args`` of the selected editor."""
     args = [part for arg in args for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
     configs = _config_positions(args)
     loaded = {position: _load(args[position]) for position in configs}
     editor = _selected_class(args, configs, loaded)
-    if editor is None:
-        return args
-    accepted = accepted_arguments(editor)
     composed = list(args)
     for position in configs:
         config = loaded[position]
         if not _is_preset(config):
             continue
-        init_args = config["model"]["init_args"]
-        unused = [name for name in init_args if name not in accepted]
-        if not unused:
-            continue
-        log.info("%s: %s takes none of %s (the preset's other values apply)", args[position], editor.__name__, unused)
-        config["model"]["init_args"] = {name: value for name, value in init_args.items() if name in accepted}
+        _check(config["model"], args[position])
+        config["model"]["init_args"] = editor_arguments(config, editor)
+        del config["model"]["editors"]
         composed[position] = yaml.safe_dump(config, sort_keys=False)
     return composed
+
+
+def editor_arguments(preset: dict[str, Any], editor: type | None) -> dict[str, Any]:
+    """What a preset (its loaded YAML) gives ``editor``: ``model.init_args`` with the ``model.editors`` sections of
+    the editor's classes merged in, base classes first."""
+    arguments = preset["model"].get("init_args") or {}
+    sections = preset["model"].get("editors") or {}
+    for klass in reversed(editor.__mro__ if editor is not None else ()):
+        arguments = _merged(arguments, sections.get(klass.__name__, {}))
+    return arguments
 
 
 def accepted_arguments(cls: type) -> set[str]:
@@ -79,7 +96,48 @@ def _load(value: str) -> Any:
 
 def _is_preset(config: Any) -> bool:
     model = config.get("model") if isinstance(config, dict) else None
-    return isinstance(model, dict) and "class_path" not in model and isinstance(model.get("init_args"), dict)
+    return isinstance(model, dict) and "class_path" not in model and "editors" in model
+
+
+def _check(model: dict[str, Any], path: str) -> None:
+    """A preset's ``model``, checked: ``init_args`` a mapping; ``editors`` a mapping from editor class names to
+    sections that set arguments of that class."""
+    if not isinstance(model.get("init_args") or {}, dict):
+        raise ConfigError(f"{path}: model.init_args must map arguments to values, not {model['init_args']!r}")
+    editors = model["editors"]
+    if not isinstance(editors, dict):
+        raise ConfigError(f"{path}: model.editors must map editor classes to their arguments, not {editors!r}")
+    classes = _editor_classes()
+    for name, section in editors.items():
+        key = f"{path}: model.editors.{name}"
+        if name not in classes:
+            raise ConfigError(f"{key}: not an editor class (editors: {', '.join(sorted(classes))})")
+        if not isinstance(section, dict):
+            raise ConfigError(f"{key} must map {name}'s arguments to their values, not {section!r}")
+        unknown = sorted(str(argument) for argument in section if argument not in accepted_arguments(classes[name]))
+        if unknown:
+            raise ConfigError(f"{key}: {name} takes no argument {', '.join(unknown)}")
+
+
+def _editor_classes() -> dict[str, type]:
+    """Every editor class by name: :class:`EditorModule` and its subclasses (base classes such as LocateThenEdit)."""
+    classes = {}
+    pending = [EditorModule]
+    while pending:
+        cls = pending.pop()
+        classes[cls.__name__] = cls
+        pending.extend(cls.__subclasses__())
+    return classes
+
+
+def _merged(base: dict[str, Any], section: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated with ``section``, nested mappings merged key by key (as jsonargparse merges configs)."""
+    merged = dict(base)
+    for key, value in section.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            value = _merged(merged[key], value)
+        merged[key] = value
+    return merged
 
 
 def _selected_class(args: list[str], configs: list[int], loaded: dict[int, Any]) -> type | None:

@@ -1,8 +1,8 @@
 """Every shipped YAML under ``configs/`` parses and resolves, and every model preset fits every locate-then-edit method.
 
 The composition rule (README, "Editors and configs"): ``--config <method> --config <model preset> --config
-<benchmark>``, merged left to right. A model preset describes the model for every editor (``lm``, ``sites``, and
-values only some editors read, such as ``target``); each editor takes from it what it accepts
+<benchmark>``, merged left to right. A model preset describes the model for every editor (``lm``, and under
+``model.editors`` a section per editor class); each editor takes the sections of its classes
 (:mod:`lightning_edit.presets`), so ``NoEdit`` composes with a preset too. The unedited baseline of a run is also the
 same command with ``--model NoEdit`` appended (jsonargparse keeps the init_args the new class accepts, such as
 ``lm`` and ``protocol``, and drops the others).
@@ -31,9 +31,9 @@ from transformers import (
 
 from lightning_edit.cli import build_cli
 from lightning_edit.editors import FT, MEMIT, RECT, ROME, AlphaEdit, LoRA
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.models.build import train_tokenizer
+from lightning_edit.presets import compose_presets, editor_arguments
 from lightning_edit.resources import builtin_texts, resolve_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,8 +46,10 @@ DEFAULTS = {  # the other parts of a composition when one part is under test
     "models": CONFIG_DIR / "models/tiny-gpt2.yaml",
     "benchmarks": CONFIG_DIR / "benchmarks/counterfact.yaml",
 }
-#: What a model preset may set: ``lm`` and the arguments every locate-then-edit method accepts.
-PRESET_KEYS = {"lm", "sites", "target", "stats", "fact_token", "template_lengths", "mom2_update_weight"}
+#: What a model preset sets for every editor; the rest is keyed by editor class under ``model.editors``.
+PRESET_KEYS = {"lm"}
+#: The editor classes the presets key sections by (LocateThenEdit: what ROME, MEMIT and AlphaEdit share).
+PRESET_EDITORS = {"LocateThenEdit", "ROME", "MEMIT", "MEND", "FT", "LoRA", "GRACE", "WISE", "UltraEdit"}
 
 #: (family, number of layers) of the real model behind each hub preset. A preset whose ``lm.path`` is a local or
 #: builtin directory is used as it is.
@@ -134,7 +136,8 @@ def test_shipped_config_resolves(config, capsys):
     if kind == "models":
         init_args = resolved["model"]["init_args"]
         assert init_args["lm"]["path"] == data["model"]["init_args"]["lm"]["path"]
-        assert init_args["sites"] == {**vars(EditSites()), **data["model"]["init_args"]["sites"]}
+        memit = editor_arguments(data, MEMIT)  # DEFAULTS' method
+        assert init_args["layers"] == memit["layers"] and init_args["mom2_update_weight"] == memit["mom2_update_weight"]
     if kind == "benchmarks":
         assert resolved["data"]["class_path"] == data["data"]["class_path"]
 
@@ -148,24 +151,22 @@ def test_quickstart_is_rome_with_the_toy_gpt2_preset(capsys):
         "--data.path=builtin:data/toy/counterfact.json",
         "--data.limit=50",
     )
-    ours, theirs = quickstart["model"]["init_args"], composed["model"]["init_args"]
-    assert quickstart["model"]["class_path"] == composed["model"]["class_path"]
-    assert ours["sites"]["rome_layer"] == theirs["sites"]["rome_layer"]  # the other sites are MEMIT's and MEND's
-    assert {k: v for k, v in ours.items() if k != "sites"} == {k: v for k, v in theirs.items() if k != "sites"}
+    assert quickstart["model"] == composed["model"]
     assert quickstart["data"] == composed["data"]
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=config_id)
 def test_model_preset_sets_only_shared_arguments(preset):
-    """A preset sets the model, the editors' sites and per-model values, never the class."""
+    """A preset sets the model, and per editor class its sites and per-model values, never the class."""
     data = load(preset)
-    assert set(data) == {"model"} and set(data["model"]) == {"init_args"}, "a preset must not choose the class"
-    init_args = data["model"]["init_args"]
-    assert set(init_args) <= PRESET_KEYS, f"{preset.name} sets {set(init_args) - PRESET_KEYS}"
-    assert {"lm", "sites"} <= set(init_args) and init_args["lm"]["path"]
-    sites = EditSites(**init_args["sites"])
-    assert sites.memit_layers == sorted(set(sites.memit_layers)) and sites.rome_layer >= 0
-    TargetOptimization(**init_args.get("target", {}))  # only real fields
+    assert set(data) == {"model"} and set(data["model"]) == {"init_args", "editors"}, "a preset never sets the class"
+    init_args, editors = data["model"]["init_args"], data["model"]["editors"]
+    assert set(init_args) == PRESET_KEYS and init_args["lm"]["path"]
+    assert set(editors) <= PRESET_EDITORS, f"{preset.name} has sections {set(editors) - PRESET_EDITORS}"
+    compose_presets(["validate", "--config", str(preset)])  # each section's keys: arguments of its class
+    memit_layers = editors["MEMIT"]["layers"]
+    assert memit_layers == sorted(set(memit_layers)) and editors["ROME"]["layer"] >= 0
+    TargetOptimization(**editors.get("LocateThenEdit", {}).get("target", {}))  # only real fields
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=config_id)
@@ -173,16 +174,17 @@ def test_no_edit_baseline_of_a_preset_run(preset, capsys):
     """NoEdit takes the preset's model and nothing else; so does ``--model NoEdit`` after a method's configs."""
     benchmark = DEFAULTS["benchmarks"]
     lm = load(preset)["model"]["init_args"]["lm"]
+    sectioned = {key for section in load(preset)["model"]["editors"].values() for key in section}
     composed = print_config(capsys, *configs(CONFIG_DIR / "methods/no_edit.yaml", preset, benchmark))
     assert composed["model"]["class_path"] == "lightning_edit.editors.NoEdit"
     assert {key: composed["model"]["init_args"]["lm"][key] for key in lm} == lm
-    assert not {"sites", "target", "stats", "template_lengths", "fact_token"} & set(composed["model"]["init_args"])
+    assert not sectioned & set(composed["model"]["init_args"])
 
     resolved = print_config(capsys, *configs(CONFIG_DIR / "methods/rome.yaml", preset, benchmark), "--model=NoEdit")
     init_args = resolved["model"]["init_args"]
     assert resolved["model"]["class_path"] == "lightning_edit.editors.NoEdit"
     assert {key: init_args["lm"][key] for key in lm} == lm
-    assert not {"sites", "target", "stats", "template_lengths", "fact_token"} & set(init_args)
+    assert not sectioned & set(init_args)
     assert init_args["protocol"] == load(CONFIG_DIR / "methods/rome.yaml")["model"]["init_args"]["protocol"]
 
 
@@ -258,7 +260,7 @@ def test_locate_method_on_preset_architecture(method, preset, tiny_model_dir, ca
     """The composed config resolves (preset values over method defaults) and the editor instantiates on the model."""
     directory, num_layers = preset_model(preset, tiny_model_dir)
     method_config = load(CONFIG_DIR / f"methods/{method}.yaml")["model"]
-    preset_args = load(preset)["model"]["init_args"]
+    preset_args = editor_arguments(load(preset), LOCATE_METHODS[method])
     resolved = print_config(
         capsys,
         *configs(CONFIG_DIR / f"methods/{method}.yaml", preset, DEFAULTS["benchmarks"]),
@@ -269,12 +271,11 @@ def test_locate_method_on_preset_architecture(method, preset, tiny_model_dir, ca
     init_args = model_config["init_args"]
     assert model_config["class_path"] == method_config["class_path"]
     assert init_args["lm"] == {**init_args["lm"], **preset_args["lm"], "path": directory}
-    assert init_args["sites"] == {**vars(EditSites()), **preset_args["sites"]}
     assert init_args["target"] == {**method_config["init_args"]["target"], **preset_args.get("target", {})}
     assert init_args["stats"]["corpus"] == "corpus.txt"
-    for shared in ("fact_token", "template_lengths"):
-        if shared in preset_args:
-            assert init_args[shared] == preset_args[shared]
+    for own in ("layer", "layers", "mom2_update_weight", "fact_token", "template_lengths"):
+        if own in preset_args:
+            assert init_args[own] == preset_args[own]
 
     editor = instantiate_model(model_config)
     assert type(editor) is LOCATE_METHODS[method]
@@ -283,9 +284,9 @@ def test_locate_method_on_preset_architecture(method, preset, tiny_model_dir, ca
     assert editor.target == TargetOptimization(**{**target, "kl_prompts": tuple(target["kl_prompts"])})
     parameters = dict(editor.model.named_parameters())
     if isinstance(editor, ROME):
-        assert editor.layer == preset_args["sites"]["rome_layer"] and editor.weight_name in parameters
+        assert editor.layer == preset_args["layer"] and editor.weight_name in parameters
     else:
-        assert editor.layers == preset_args["sites"]["memit_layers"]
+        assert editor.layers == preset_args["layers"]
         assert editor.mom2_update_weight == preset_args["mom2_update_weight"]
         assert all(name in parameters for name in editor.weight_names)
 
@@ -304,7 +305,7 @@ def test_site_outside_the_model_raises(method, tiny_model_dir, capsys):
     assert isinstance(error.value.__cause__, IndexError)
 
 
-#: The fine-tuning editors and RECT (configs/methods/<name>.yaml): each takes from a preset what it accepts.
+#: The fine-tuning editors and RECT (configs/methods/<name>.yaml): each takes the preset's sections of its classes.
 OTHER_METHODS = {"ft": FT, "ft_l": FT, "ft_m": FT, "lora": LoRA, "rect": ROME}
 
 
@@ -313,22 +314,48 @@ OTHER_METHODS = {"ft": FT, "ft_l": FT, "ft_m": FT, "lora": LoRA, "rect": ROME}
 def test_other_method_on_preset_architecture(method, preset, tiny_model_dir, capsys):
     """FT, FT-L, FT-M, LoRA and RECT compose with every preset and edit sites of the real model's layers."""
     directory, num_layers = preset_model(preset, tiny_model_dir)
-    preset_args = load(preset)["model"]["init_args"]
+    preset_args = editor_arguments(load(preset), OTHER_METHODS[method])
     resolved = print_config(
         capsys,
         *configs(CONFIG_DIR / f"methods/{method}.yaml", preset, DEFAULTS["benchmarks"]),
         f"--model.lm.path={directory}",
     )
     init_args = resolved["model"]["init_args"]
-    assert init_args["sites"] == {**vars(EditSites()), **preset_args["sites"]}
+    assert {own: init_args[own] for own in ("layer", "layers") if own in preset_args} == {
+        own: preset_args[own] for own in ("layer", "layers") if own in preset_args
+    }
     editor = instantiate_model(resolved["model"])
     assert isinstance(editor, OTHER_METHODS[method]) and editor.arch.num_layers == num_layers
     parameters = dict(editor.model.named_parameters())
     if isinstance(editor, FT):
         assert editor.parameter_names and set(editor.parameter_names) <= set(parameters)
-        assert {int(name.split(".")[-4]) for name in editor.parameter_names} == set(editor.sites.ft_layers)
+        assert {int(name.split(".")[-4]) for name in editor.parameter_names} == set(init_args["layers"])
     elif isinstance(editor, LoRA):
         assert all(editor.model.get_submodule(name) is not None for name in editor.module_names)
     else:
-        assert editor.weight_name in parameters and editor.layer == editor.sites.rome_layer
+        assert editor.weight_name in parameters and editor.layer == preset_args["layer"]
         assert isinstance(editor.update_filter, RECT)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Batch sizes are named by their unit
+
+
+@pytest.mark.parametrize(
+    "method, setting, old",
+    [
+        ("memit", "scoring.sequences_per_forward", "scoring.batch_size"),
+        ("memit", "stats.documents_per_forward", "stats.batch_size"),
+        ("ike", "in_context.texts_per_forward", "in_context.batch_size"),
+    ],
+)
+def test_a_batch_size_is_set_by_its_unit_name_only(method, setting, old, capsys):
+    """The unit-named setting resolves; its old name ``batch_size`` is jsonargparse's own error, not an alias."""
+    lm = "--model.lm.path=builtin:models/tiny-gpt2"
+    args = [*configs(CONFIG_DIR / f"methods/{method}.yaml", DEFAULTS["benchmarks"]), lm]
+    section, name = setting.split(".")
+    assert print_config(capsys, *args, f"--model.{setting}=3")["model"]["init_args"][section][name] == 3
+    with pytest.raises(SystemExit) as exit_info:
+        build_cli(["validate", *args, f"--model.{old}=3", "--print_config"])
+    error = capsys.readouterr().err.split("error:", 1)[-1]
+    assert exit_info.value.code == 2 and "batch_size" in error, error

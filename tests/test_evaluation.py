@@ -298,8 +298,8 @@ PRE_MEANS = {
 }
 
 
-def scorer(rows, tokenizer, batch_size=32) -> CaseScorer:
-    return CaseScorer(BigramLM(rows).eval(), tokenizer, ScoringConfig(batch_size=batch_size))
+def scorer(rows, tokenizer, sequences_per_forward=32) -> CaseScorer:
+    return CaseScorer(BigramLM(rows).eval(), tokenizer, ScoringConfig(sequences_per_forward=sequences_per_forward))
 
 
 def test_tokenizer_knows_every_word_and_adds_no_special_tokens(tokenizer):
@@ -377,7 +377,7 @@ def test_edited_scores_match_hand_computation(tokenizer):
 
 
 def test_shared_pairs_are_scored_in_one_forward_pass_each_batch(tokenizer):
-    edited = scorer(EDITED, tokenizer, batch_size=100)
+    edited = scorer(EDITED, tokenizer, sequences_per_forward=100)
     edited.score(CASES, scorer(UNEDITED, tokenizer).reference(CASES))
     # distinct (prompt, answer) pairs: case 3: 1*2 + 2*2 + 1*2 = 8, case 5: 2 + 2 + 2 = 6,
     # case 8: 2 (rewrite) + 1 new ("at", Milan) + 2 ("was", New York / Milan) = 5,
@@ -391,14 +391,14 @@ def test_agreement_needs_a_reference(tokenizer):
         scorer(EDITED, tokenizer).score(CASES)
 
 
-@pytest.mark.parametrize("batch_size", [1, 2, 3, 7])
-def test_scores_do_not_depend_on_batch_size(tokenizer, batch_size):
-    reference_large = scorer(UNEDITED, tokenizer, batch_size=1000).reference(CASES)
-    reference_small = scorer(UNEDITED, tokenizer, batch_size=batch_size).reference(CASES)
+@pytest.mark.parametrize("sequences_per_forward", [1, 2, 3, 7])
+def test_scores_do_not_depend_on_sequences_per_forward(tokenizer, sequences_per_forward):
+    reference_large = scorer(UNEDITED, tokenizer, sequences_per_forward=1000).reference(CASES)
+    reference_small = scorer(UNEDITED, tokenizer, sequences_per_forward=sequences_per_forward).reference(CASES)
     assert reference_small.keys() == reference_large.keys()
     assert all(torch.equal(reference_small[key].argmax_ids, reference_large[key].argmax_ids) for key in reference_large)
-    large = scorer(EDITED, tokenizer, batch_size=1000).score(CASES, reference_large)
-    small = scorer(EDITED, tokenizer, batch_size=batch_size).score(CASES, reference_small)
+    large = scorer(EDITED, tokenizer, sequences_per_forward=1000).score(CASES, reference_large)
+    small = scorer(EDITED, tokenizer, sequences_per_forward=sequences_per_forward).score(CASES, reference_small)
     assert small == large  # identical lists, in the same order, with identical floats
 
 

@@ -88,7 +88,7 @@ def test_ultraedit_takes_its_step_size_from_the_model_preset(preset, lr, capsys)
         build_cli(["validate", "--config", str(method), "--config", str(CONFIGS / f"models/{preset}.yaml"),
                    "--print_config"])  # fmt: skip
     resolved = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
-    assert resolved["sites"]["ultraedit_lr"] == lr and resolved["lr"] is None
+    assert resolved["lr"] == lr
 
 
 def test_ultraedit_with_the_shipped_configs_edits_the_toy_model(capsys, tmp_path):

@@ -291,15 +291,15 @@ def test_limit_larger_than_the_file_keeps_every_case():
 EDITORS: dict[str, list[str] | None] = {
     "NoEdit": None,
     "IKE": None,
-    "ROME": ["--model.sites.rome_layer=9"],
-    "MEMIT": ["--model.sites.memit_layers=[0, 9]"],
-    "AlphaEdit": ["--model.sites.memit_layers=[0, 9]"],
-    "MEND": ["--model.sites.mend_layers=[9]"],
-    "FT": ["--model.sites.ft_layers=[9]"],
-    "LoRA": ["--model.sites.lora_layers=[9]"],
-    "GRACE": ["--model.sites.grace_layer=9"],
-    "WISE": ["--model.sites.wise_layer=9"],
-    "UltraEdit": ["--model.sites.ultraedit_layers=[9]"],
+    "ROME": ["--model.layer=9"],
+    "MEMIT": ["--model.layers=[0, 9]"],
+    "AlphaEdit": ["--model.layers=[0, 9]"],
+    "MEND": ["--model.layers=[9]"],
+    "FT": ["--model.layers=[9]"],
+    "LoRA": ["--model.layers=[9]"],
+    "GRACE": ["--model.layer=9"],
+    "WISE": ["--model.layer=9"],
+    "UltraEdit": ["--model.layers=[9]"],
 }
 
 
@@ -318,8 +318,8 @@ def run_main(capsys, *args: str) -> tuple[int, str]:
 
 # what an editor needs besides the model to be built at all
 REQUIRED = {
-    "GRACE": ["--model.sites.grace_layer=1"],  # no default layer: a missing one is an error before the model loads
-    "WISE": ["--model.sites.wise_layer=1"],
+    "GRACE": ["--model.layer=1"],  # no default layer: a missing one is an error before the model loads
+    "WISE": ["--model.layer=1"],
 }
 
 
@@ -411,7 +411,7 @@ def _pickled_weights(name: str, tmp_path: Path) -> tuple[Path, list[str]]:
     if name == "GRACE":
         path = tmp_path / "codebook.safetensors"
         torch.save(weights, path)
-        return path, ["--model.sites.grace_layer=0", f"--model.codebook_path={path}"]
+        return path, ["--model.layer=0", f"--model.codebook_path={path}"]
     if name == "NoEdit":  # a model folder whose only weights are a pickled pytorch_model.bin
         folder = tmp_path / "model"
         shutil.copytree(resolve_path(TINY), folder, ignore=shutil.ignore_patterns("model.safetensors"))
@@ -442,8 +442,8 @@ def test_pickled_weights_are_refused_in_one_line(name, tmp_path):
     [
         ("LoRA", ["--model.adapter_path={missing}"], "model.adapter_path={missing}: no adapter"),
         ("LoRA", ["--model.adapter_path={empty}"], "model.adapter_path={empty}: no adapter"),
-        ("GRACE", ["--model.sites.grace_layer=0", "--model.codebook_path={missing}"], "codebook_path: no codebook"),
-        ("GRACE", ["--model.sites.grace_layer=0", "--model.codebook_path={foreign}"], "is not a GRACE codebook"),
+        ("GRACE", ["--model.layer=0", "--model.codebook_path={missing}"], "codebook_path: no codebook"),
+        ("GRACE", ["--model.layer=0", "--model.codebook_path={foreign}"], "is not a GRACE codebook"),
     ],
     ids=["LoRA missing", "LoRA empty folder", "GRACE missing", "GRACE foreign"],
 )
@@ -603,7 +603,7 @@ def test_a_known_secret_is_masked_in_log_records_and_printed_text(capsys):
 def test_memit_templates_start_with_the_reference_seed_words(name):
     from lightning_edit.editors.context_templates import WORD_SEED_PROMPTS
 
-    editor = construct(name, "--model.sites.memit_layers=[0, 1]")
+    editor = construct(name, "--model.layers=[0, 1]")
     templates = editor.context_templates()
     assert templates[0] == "{}" and len(templates) == 6
     for template, seed in zip(templates[1:], WORD_SEED_PROMPTS):

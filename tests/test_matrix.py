@@ -114,7 +114,6 @@ def test_method_runs_on_benchmark_with_the_default_logger(
         "--config", str(PRESET),
         "--config", str(data_config),
         "--data.limit=2",
-        "--data.batch_size=2",
         "--trainer.accelerator=cpu",
         "--trainer.enable_progress_bar=false",
         f"--trainer.default_root_dir={tmp_path}",

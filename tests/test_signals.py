@@ -74,7 +74,7 @@ def test_sigterm_during_the_statistics_pass_saves_a_resumable_partial(tmp_path):
             "validate", "--config", str(ROOT / "configs/methods/rome.yaml"), "--config",
             str(ROOT / "configs/models/tiny-gpt2.yaml"), "--config", str(ROOT / "configs/benchmarks/counterfact.yaml"),
             "--data.path=builtin:data/counterfact-rome.json", "--data.limit=1", f"--model.stats.corpus={corpus}",
-            "--model.stats.n_samples=3000", "--model.stats.batch_size=1", f"--model.stats.cache_dir={cache}",
+            "--model.stats.n_samples=3000", "--model.stats.documents_per_forward=1", f"--model.stats.cache_dir={cache}",
             "--trainer.logger=false", f"--trainer.enable_progress_bar={str(progress).lower()}",
             f"--trainer.default_root_dir={root}",
         )  # fmt: skip

@@ -73,7 +73,8 @@ def test_sigterm_under_single_stops_after_the_current_case(protocol, edited, mon
             "validate", f"--config={ROOT / 'configs/methods/ft_m.yaml'}",
             f"--config={ROOT / 'configs/models/tiny-gpt2.yaml'}", "--data=CounterFact",
             "--data.path=builtin:data/counterfact-flat.json", "--data.limit=16", "--data.batch_size=8",
-            f"--model.protocol={protocol}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+            "--model.edit_batch_size=8", f"--model.protocol={protocol}", "--trainer.logger=false",
+            "--trainer.enable_progress_bar=false",
             f"--trainer.default_root_dir={tmp_path}",
         ])  # fmt: skip
     assert sum(calls) == edited and not list(tmp_path.rglob("results.json"))
@@ -161,6 +162,6 @@ def test_sigterm_stops_the_corpus_sampling_after_the_current_batch(tmp_path, mon
     monkeypatch.setattr(GPT2LMHeadModel, "generate", signalled)
     out = tmp_path / "corpus.jsonl"
     with pytest.raises(Interrupted, match="sampling stopped by signal 15 after 2 of 6 documents; nothing is written"):
-        sample_corpus(["--model", "builtin:models/tiny-gpt2", "--documents", "6", "--batch-size", "2",
+        sample_corpus(["--model", "builtin:models/tiny-gpt2", "--documents", "6", "--documents-per-forward", "2",
                        "--max-new-tokens", "2", "--out", str(out)])  # fmt: skip
     assert list(tmp_path.iterdir()) == []

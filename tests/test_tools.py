@@ -26,7 +26,7 @@ def run_tool(*args: str, cwd: Path = ROOT) -> tuple[int, list[str]]:
 
 @pytest.mark.parametrize(
     "option, value",
-    [("--batch-size", "0"), ("--max-new-tokens", "0"), ("--documents", "-5"), ("--documents", "many")],
+    [("--documents-per-forward", "0"), ("--max-new-tokens", "0"), ("--documents", "-5"), ("--documents", "many")],
 )
 def test_sample_corpus_refuses_a_bad_count_before_loading(option, value, tmp_path):
     out = tmp_path / "samples.jsonl"
@@ -59,7 +59,7 @@ def test_sample_corpus_shows_progress_and_replaces_the_out_file_only_when_done(t
     out = tmp_path / "samples.jsonl"
     out.write_text('{"text": "the previous corpus"}\n')
     sample_corpus(["--model", "builtin:models/tiny-gpt2", "--documents", "3", "--max-new-tokens", "4",
-                   "--batch-size", "2", "--out", str(out)])  # fmt: skip
+                   "--documents-per-forward", "2", "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err
     assert "sampling" in err and "3/3" in err, err
     assert len(out.read_text().splitlines()) == 3 and [path.name for path in tmp_path.iterdir()] == [out.name]

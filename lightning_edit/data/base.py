@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader
 
-from lightning_edit.cases import EditCase, case_error, edit_batch_loader
+from lightning_edit.cases import CASES_PER_STEP, EditCase, case_error, edit_batch_loader, steps_of_editor_calls
 from lightning_edit.data.counterfact_records import counterfact_cases
 from lightning_edit.data.declared import DeclaredGroup, declared_metrics
 from lightning_edit.data.sources import DataSource, fetch, local_path
@@ -57,8 +57,10 @@ class EditDataModule(LightningDataModule, ABC):
         offset: skip this many cases first (e.g. the records a preset was chosen on); ``limit`` counts after them.
         limit: keep only this many cases (quick runs); None keeps all.
         sample_seed: with ``limit``, take a seeded random sample of the cases instead of the first ones.
-        batch_size: edit cases per validation step (and per edit under the ``batch`` protocol); processes share
-            the work batch by batch.
+        batch_size: edit cases per validation step; processes share the work step by step. Under ``single`` the
+            cases computed together (batched single), under ``sequential`` the cases scored per step; under ``batch``
+            a step is one editor call of the editor's ``model.edit_batch_size`` cases (:meth:`edit_steps`), the one
+            setting of cases per call. None: :data:`~lightning_edit.cases.CASES_PER_STEP`.
     """
 
     #: the published files ``path`` may name instead of a file (``--data.path counterfact``); none by default
@@ -69,7 +71,7 @@ class EditDataModule(LightningDataModule, ABC):
         path: str,
         limit: int | None = None,
         sample_seed: int | None = None,
-        batch_size: int = 8,
+        batch_size: int | None = None,
         offset: int = 0,
     ):
         super().__init__()
@@ -80,12 +82,12 @@ class EditDataModule(LightningDataModule, ABC):
             raise ConfigError(f"data.limit={limit}: keep at least 1 case, or leave it unset (null) to keep every case")
         if sample_seed is not None and limit is None:
             raise ConfigError(f"data.sample_seed={sample_seed} samples data.limit cases: set data.limit too")
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 1:
             raise ConfigError(f"data.batch_size={batch_size}: must be at least 1")
         self.path = path
         self.limit = limit
         self.sample_seed = sample_seed
-        self.batch_size = batch_size
+        self.batch_size = batch_size or CASES_PER_STEP
         self.offset = offset
         self.cases: list[EditCase] = []
         self.skipped: list[dict[str, Any]] = []
@@ -228,6 +230,11 @@ class EditDataModule(LightningDataModule, ABC):
         """What results.json records about the run besides its metrics, under ``benchmark`` (e.g. the tokens a
         score read, given the editor ``module``'s tokenizer and scoring settings); nothing by default."""
         return {}
+
+    def edit_steps(self, edit_batch_size: int) -> None:
+        """Make each validation step one editor call of ``edit_batch_size`` cases (the ``batch`` protocol): the
+        editor's setting is the one owner of cases per call, and a ``data.batch_size`` that differs is refused."""
+        self.batch_size = steps_of_editor_calls("data.batch_size", self.hparams.batch_size, edit_batch_size)
 
     def val_dataloader(self) -> DataLoader:
         return edit_batch_loader(self.cases, self.batch_size)

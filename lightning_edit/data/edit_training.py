@@ -28,7 +28,7 @@ import torch
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Sampler
 
-from lightning_edit.cases import EditCase, TrainingEdit, edit_batch_loader
+from lightning_edit.cases import CASES_PER_STEP, EditCase, TrainingEdit, edit_batch_loader, steps_of_editor_calls
 from lightning_edit.data.base import check_groups
 from lightning_edit.data.counterfact import CounterFact
 from lightning_edit.data.zsre import ZsRE
@@ -75,7 +75,8 @@ class EditTraining(LightningDataModule):
         val_size: cases held out for validation when there is no ``val_path``; also caps the validation cases.
         limit: keep only the first ``limit`` training cases (smoke runs).
         batch_size: edits per training step (MEND: 1).
-        val_batch_size: edit cases per validation step.
+        val_batch_size: edit cases per validation step (None: 8); under ``batch``, the editor's
+            ``edit_batch_size`` (:meth:`edit_steps`).
         n_locality: locality prompts per edit (CounterFact neighbourhoods; zsRE has one).
         seed: seeds the epoch orders and the choice of locality prompts.
     """
@@ -88,7 +89,7 @@ class EditTraining(LightningDataModule):
         val_size: int = 50,
         limit: int | None = None,
         batch_size: int = 1,
-        val_batch_size: int = 8,
+        val_batch_size: int | None = None,
         n_locality: int = 1,
         seed: int = 0,
     ):
@@ -103,7 +104,7 @@ class EditTraining(LightningDataModule):
         self.limit = limit
         self.seed = seed
         self.batch_size = batch_size
-        self.val_batch_size = val_batch_size
+        self.val_batch_size = val_batch_size or CASES_PER_STEP
         self.n_locality = n_locality
         self.train_edits: list[TrainingEdit] = []
         self.cases: list[EditCase] = []  # validation cases
@@ -173,6 +174,11 @@ class EditTraining(LightningDataModule):
             self._order.resume = (epoch, batches * self.batch_size)
             self._resume = None
         return DataLoader(self.train_edits, batch_size=self.batch_size, sampler=self._order, collate_fn=list)
+
+    def edit_steps(self, edit_batch_size: int) -> None:
+        """Each validation step one editor call of ``edit_batch_size`` cases (the ``batch`` protocol)."""
+        given = self.hparams.val_batch_size
+        self.val_batch_size = steps_of_editor_calls("data.val_batch_size", given, edit_batch_size)
 
     def val_dataloader(self) -> DataLoader:
         return edit_batch_loader(self.cases, self.val_batch_size)

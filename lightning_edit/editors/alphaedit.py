@@ -31,7 +31,7 @@ class AlphaEdit(MEMIT):
     Args:
         nullspace_threshold: τ, eigenvalues of C below it span the null space (2e-2).
         l2: α, the ridge of the solve (10 in the AlphaEdit repo; 1 in some EasyEdit configs).
-        **kwargs: the MEMIT arguments (sites, fact_token, stats, target, ...) and the EditorModule ones;
+        **kwargs: the MEMIT arguments (layers, fact_token, stats, target, ...) and the EditorModule ones;
             MEMIT's ``mom2_update_weight`` is unused by AlphaEdit's solve.
     """
 

@@ -57,15 +57,16 @@ class EditorModule(LightningModule, ABC):
 
     Args:
         lm: the causal language model to edit (path, dtype, ...).
-        protocol: how edits meet evaluation: ``single`` (each case alone), ``batch`` (the cases of a dataloader
-            batch together) or ``sequential`` (all cases cumulatively, then evaluate); see the module docstring.
-        edit_batch_size: cases applied per editor call under ``sequential`` and in ``fit`` (ignored, with a note,
-            under the others).
+        protocol: how edits meet evaluation: ``single`` (each case alone), ``batch`` (``edit_batch_size`` cases
+            together, scored, undone) or ``sequential`` (all cases cumulatively, then evaluate); see the module
+            docstring.
+        edit_batch_size: cases per editor call under ``batch`` (where a validation step is one call), ``sequential``
+            and in ``fit``: the one setting of it (ignored, with a note, under ``single``).
         eval_at: sequential protocol: also score the first n cases right after the n-th edit, for each n.
         eval_sample: with ``eval_at``, score at each of those checkpoints a sample of at most this many of the first
             n cases instead of all of them (seeded, the same cases on every run; every case is still scored at the
             end); None: all of them.
-        scoring: how evaluation prompts are scored (batch size, chat template, generation settings).
+        scoring: how evaluation prompts are scored (sequences per forward, chat template, generation settings).
         output_dir: where ``fit`` saves the edited model; default ``<log dir>/edited_model``.
         in_context: also write the new fact (and retrieved demonstrations) before every evaluation prompt, on top
             of the weight edit (IKE/PROMPT prompting; :mod:`lightning_edit.editors.in_context`).
@@ -224,13 +225,15 @@ class EditorModule(LightningModule, ABC):
 
     def setup(self, stage: str) -> None:
         """Create the metrics the benchmark declares (validate, test, and fit when the fit validates, as MEND's
-        training data does)."""
+        training data does); under ``batch``, make each validation step one editor call of ``edit_batch_size``."""
         datamodule = self.trainer.datamodule
         if not hasattr(datamodule, "declared_metrics"):
             if stage in ("validate", "test"):
                 raise TypeError(f"{type(self).__name__} evaluates an EditDataModule benchmark, not {datamodule!r}")
             return
         self.metrics.declare(datamodule.declared_metrics(), datamodule.score_kinds, self.scoring.pre_edit, self.eval_at)
+        if self.protocol == "batch":
+            datamodule.edit_steps(self.edit_batch_size)
 
     def configure_model(self) -> None:
         self.placement.configure(self._trainer, self.device_mesh)
@@ -276,11 +279,10 @@ class EditorModule(LightningModule, ABC):
         self._start(self.trainer.test_dataloaders)
 
     def _start(self, loader: DataLoader) -> None:
-        if self.protocol != "sequential" and self.edit_batch_size != 1:
-            together = {"single": "each case is edited alone", "batch": "a data batch is edited together"}
+        if self.protocol == "single" and self.edit_batch_size != 1:
             rank_zero_info(
-                f"edit_batch_size={self.edit_batch_size} is read by protocol 'sequential' and fit only; ignored "
-                f"under {self.protocol!r}, where {together[self.protocol]}"
+                f"edit_batch_size={self.edit_batch_size} is read by protocols 'batch' and 'sequential' and by fit; "
+                "ignored under 'single', where each case is edited alone"
             )
         self.runner.start(loader)
 

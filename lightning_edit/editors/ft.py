@@ -4,7 +4,7 @@ docs/methods.md#ft-ft-l-and-ft-m.
 
 One class, three configurations (``configs/methods/ft.yaml``, ``ft_l.yaml``, ``ft_m.yaml``). For the requests of an
 editor call, Adam minimises the ``objective`` (:mod:`lightning_edit.editors.objectives`) over the weight and bias of
-``mlp_out`` in ``sites.ft_layers``:
+``mlp_out`` in ``layers``:
 
 - FT: ``prompt_last``, unconstrained (ROME's and EasyEdit's FT baseline);
 - FT-L: the same with the change kept in the L∞ box ‖W − W₀‖_∞ ≤ ε after every step, W₀ the weights when the call
@@ -19,7 +19,6 @@ from torch import Tensor
 
 from lightning_edit.cases import EditRequest
 from lightning_edit.editors.base import EditorModule, require
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.objectives import Objective, check_training, fine_tune
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import resolve_architecture
@@ -31,11 +30,12 @@ def clamp_to_box(weight: Tensor, original: Tensor, epsilon: float) -> Tensor:
 
 
 class FT(EditorModule):
-    """Fine-tuning of ``mlp_out`` (weight and bias) of ``sites.ft_layers`` on the edit requests.
+    """Fine-tuning of ``mlp_out`` (weight and bias) of some layers on the edit requests.
 
     Args:
         lm: the causal language model to edit.
-        sites: where to edit: ``sites.ft_layers`` (set by the model preset).
+        layers: the layers whose MLP output projection is trained (the model preset sets them; FT-L: gpt2-xl and
+            GPT-J 0, LLaMA 21 in EasyEdit).
         objective: ``prompt_last`` (FT, FT-L: every target token scored at the last prompt token) or
             ``target_new`` (FT-M: teacher-forced target tokens, prompt masked); default ``prompt_last``.
         norm_constraint: FT-L's ε, the L∞ radius of the change around the weights the call starts from; None
@@ -51,7 +51,7 @@ class FT(EditorModule):
     def __init__(
         self,
         lm: ModelSource,
-        sites: EditSites | None = None,
+        layers: list[int] = [0],
         objective: Objective = "prompt_last",
         norm_constraint: float | None = None,
         num_steps: int = 25,
@@ -66,7 +66,6 @@ class FT(EditorModule):
         )
         check_training(num_steps, lr, weight_decay, step_batch_size, early_stop_loss)
         super().__init__(lm, **kwargs)
-        self.sites = sites or EditSites()
         self.arch = resolve_architecture(self.model)
         self.objective = objective
         self.norm_constraint = norm_constraint
@@ -75,7 +74,7 @@ class FT(EditorModule):
         self.weight_decay = weight_decay
         self.step_batch_size = step_batch_size
         self.early_stop_loss = early_stop_loss
-        modules = [self.arch.layer_name(self.arch.spec.mlp_out, layer) for layer in self.sites.ft_layers]
+        modules = [self.arch.layer_name(self.arch.spec.mlp_out, layer) for layer in layers]
         parameters = dict(self.model.named_parameters())
         self.parameter_names = [f"{m}.{p}" for m in modules for p in ("weight", "bias") if f"{m}.{p}" in parameters]
 

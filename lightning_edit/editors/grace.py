@@ -30,7 +30,6 @@ from torch import Tensor, nn
 from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
 from lightning_edit.editors.base import EditorModule, require
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.models.hooks import PrefixReuse, Trace
 from lightning_edit.models.loading import ModelLoadError, ModelNotFoundError, ModelSource
 from lightning_edit.models.registry import ModelArchitecture, resolve_architecture
@@ -192,7 +191,8 @@ class GRACE(EditorModule):
 
     Args:
         lm: the causal language model to edit (its weights are never changed).
-        sites: ``sites.grace_layer`` (set by the model preset) is the layer of the adapter.
+        layer: the layer of the adapter (the model preset sets it: gpt2-xl 35, LLaMA-2 7B 27); None where no reference
+            value exists: then it must be given.
         module: which module of that layer the adapter wraps, through the registry's roles: ``mlp_out`` (the MLP
             output projection; EasyEdit's LLaMA ``down_proj``) or ``mlp_in`` (GPT-2's ``c_fc``, the paper's GPT-2 XL
             choice; only for families with one MLP input projection).
@@ -211,7 +211,7 @@ class GRACE(EditorModule):
     def __init__(
         self,
         lm: ModelSource,
-        sites: EditSites | None = None,
+        layer: int | None = None,
         module: Literal["mlp_in", "mlp_out"] = "mlp_out",
         eps: float = 1.0,
         edit_lr: float = 1.0,
@@ -222,8 +222,7 @@ class GRACE(EditorModule):
         codebook_path: str | None = None,
         **kwargs,
     ):
-        layer = (sites or EditSites()).grace_layer
-        require(layer is not None, "sites.grace_layer", layer, "GRACE's layer: set it (a model preset or the flag)")
+        require(layer is not None, "layer", layer, "GRACE's layer: set it (a model preset or the flag)")
         require(eps > 0, "eps", eps, "the initial deferral radius, > 0")
         require(edit_lr > 0, "edit_lr", edit_lr, "a learning rate, > 0")
         require(n_iter >= 1, "n_iter", n_iter, "optimiser steps per edit, at least 1")

@@ -53,14 +53,14 @@ class InContext:
             needs it downloaded or cached), ``model`` (mean-pooled last hidden states of the model being edited,
             before any edit) or ``lexical`` (TF-IDF cosine of words; no model, no download).
         encoder: hub id or directory of the sentence encoder (mean pooling of its last hidden states).
-        batch_size: texts per forward pass when embedding.
+        texts_per_forward: texts per forward pass when embedding.
     """
 
     demonstrations: int = 0
     pool: str | None = None
     retriever: Retriever = "encoder"
     encoder: str = "sentence-transformers/all-MiniLM-L6-v2"
-    batch_size: int = 64
+    texts_per_forward: int = 64
 
     @property
     def pool_file(self) -> str | None:
@@ -192,8 +192,10 @@ class InContextPrompts:
         if self.config.retriever == "encoder":
             model, tokenizer = self._encoder()
         if self._pool_embeddings is None:
-            self._pool_embeddings = mean_pooled_embeddings(model, tokenizer, texts, self.config.batch_size)
-        return mean_pooled_embeddings(model, tokenizer, queries, self.config.batch_size) @ self._pool_embeddings.T
+            self._pool_embeddings = mean_pooled_embeddings(model, tokenizer, texts, self.config.texts_per_forward)
+        return (
+            mean_pooled_embeddings(model, tokenizer, queries, self.config.texts_per_forward) @ self._pool_embeddings.T
+        )
 
     def _encoder(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         source = ModelSource(self.config.encoder)

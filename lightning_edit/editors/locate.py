@@ -1,4 +1,4 @@
-"""Where the locate-then-edit editors read a fact: the fact token of a prompt and the keys there (and the edit sites).
+"""Where the locate-then-edit editors read a fact: the fact token of a prompt and the keys there.
 
 docs/methods.md#locate-then-edit-machinery. A request ``(prompt with "{}", subject, ...)`` is read through *context
 templates* (``"{}"`` plus short model-generated prefixes ``"<text>. {}"``): a template is filled with the request
@@ -20,7 +20,6 @@ Tokenization goes through :mod:`lightning_edit.models.tokenization` only.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -38,43 +37,6 @@ FactToken = Literal["subject_last", "subject_first", "last"]
 FACT_TOKENS: tuple[str, ...] = ("subject_last", "subject_first", "last")
 #: where keys are read and δ injected unless an editor is told otherwise: every reference config's choice
 DEFAULT_FACT_TOKEN: FactToken = "subject_last"
-
-
-@dataclass
-class EditSites:
-    """Where each editor writes, per model (a model preset sets these; every editor reads its own).
-
-    Args:
-        rome_layer: the layer ROME edits (gpt2-xl 17; GPT-J, LLaMA, Qwen 5).
-        memit_layers: the layers MEMIT and AlphaEdit edit (gpt2-xl 13-17, GPT-J 3-8, LLaMA/Qwen 4-8).
-        mend_layers: the layers whose MLP input and output projections MEND edits (MEND: the last three, e.g.
-            gpt2-xl 45-47); None lets MEND take the model's last three layers.
-        ft_layers: the layers whose MLP output projection FT, FT-L and FT-M train (FT-L: gpt2-xl and GPT-J 0,
-            LLaMA 21 in EasyEdit).
-        lora_layers: the layers LoRA adapts; None: every layer (EasyEdit's default).
-        grace_layer: the layer of GRACE's codebook (gpt2-xl 35, LLaMA-2 7B 27); None where no reference value
-            exists (GRACE then asks for it).
-        wise_layer: the layer whose MLP output projection WISE keeps a side memory of (LLaMA-2 7B 27, LLaMA-3 8B
-            29); None where no reference value exists (WISE then asks for it).
-        ultraedit_layers: the layers UltraEdit edits (GPT-J 18-26, Qwen2.5-7B 18-26 in the UltraEdit repo); None:
-            the two layers before the last (the repo's Mistral-7B choice, 29-30 of 32).
-        ultraedit_modules: which projections of those layers UltraEdit edits: ``mlp_out`` (the MLP output
-            projection, the repo's GPT-J and Mistral choice) and/or ``mlp_in`` (LLaMA/Qwen gate and up projections,
-            GPT-2 ``c_fc``; the repo's Qwen2.5 choice).
-        ultraedit_lr: UltraEdit's η for this model (it grows with the model's scale: toy GPT-2 5e-4, toy LLaMA
-            2e-3, SmolLM2-135M 5e-4); None: UltraEdit's own default, 1e-6. ``--model.lr`` overrides it.
-    """
-
-    rome_layer: int = 5
-    memit_layers: list[int] = field(default_factory=lambda: [4, 5, 6, 7, 8])
-    mend_layers: list[int] | None = None
-    ft_layers: list[int] = field(default_factory=lambda: [0])
-    lora_layers: list[int] | None = None
-    grace_layer: int | None = None
-    wise_layer: int | None = None
-    ultraedit_layers: list[int] | None = None
-    ultraedit_modules: list[Literal["mlp_in", "mlp_out"]] = field(default_factory=lambda: ["mlp_out"])
-    ultraedit_lr: float | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from torch import Tensor
 from lightning_edit.cases import EditRequest
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.context_templates import ROME_TEMPLATE_LENGTHS, ContextTemplateCache, Templates
-from lightning_edit.editors.locate import DEFAULT_FACT_TOKEN, EditSites, FactToken
+from lightning_edit.editors.locate import DEFAULT_FACT_TOKEN, FactToken
 from lightning_edit.editors.solvers import UpdateFilter
 from lightning_edit.editors.target_vector import TargetOptimization, TargetVectors, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource
@@ -27,7 +27,6 @@ class LocateThenEdit(EditorModule):
 
     Args:
         lm: the causal language model to edit.
-        sites: where to edit (the model preset sets them; each editor reads its own).
         fact_token: where keys are read and δ injected (``subject_last`` in every reference config).
         stats: the corpus of the key statistics.
         target: the v*/z optimisation hyper-parameters; None: the editor's :attr:`default_target`.
@@ -48,7 +47,6 @@ class LocateThenEdit(EditorModule):
     def __init__(
         self,
         lm: ModelSource,
-        sites: EditSites | None = None,
         fact_token: FactToken = DEFAULT_FACT_TOKEN,
         stats: KeyStatistics | None = None,
         target: TargetOptimization | None = None,
@@ -58,7 +56,6 @@ class LocateThenEdit(EditorModule):
         **kwargs,
     ):
         super().__init__(lm, **kwargs)
-        self.sites = sites or EditSites()
         self.fact_token = fact_token
         self.stats = stats or KeyStatistics()
         self.target = target or self.default_target

@@ -1,7 +1,7 @@
 """LoRA (Hu et al., 2022) as an editor, through peft (docs/methods.md#lora).
 
 For the requests of an editor call, a LoRA adapter W + (α/r)·B A (peft's ``LoraConfig``, B = 0 at creation, so a
-new adapter changes nothing) is put on the modules playing ``target_modules`` in ``sites.lora_layers`` and trained
+new adapter changes nothing) is put on the modules playing ``target_modules`` in ``layers`` and trained
 with Adam on the teacher-forced target tokens (``target_new``, :mod:`lightning_edit.editors.objectives`), the base
 weights frozen. The adapter is injected into the model in place (``get_peft_model``), so the model the editor
 scores is the adapted one; the undo removes what the edits added (``delete_adapter``, and ``unload`` once no adapter
@@ -20,7 +20,6 @@ import torch
 
 from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.base import EditorModule, require
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.objectives import check_training, fine_tune
 from lightning_edit.errors import ConfigError, refused_weights
 from lightning_edit.models.loading import ModelLoadError, ModelNotFoundError, ModelSource
@@ -50,7 +49,8 @@ class LoRA(EditorModule):
 
     Args:
         lm: the causal language model to edit.
-        sites: where to edit: ``sites.lora_layers`` (None: every layer; set by the model preset).
+        layers: the layers whose projections are adapted (a model preset may set them); None: every layer
+            (EasyEdit's default).
         target_modules: the roles of the adapted projections in each layer (models/registry.py); EasyEdit:
             ``q_proj``, ``v_proj`` (GPT-2's fused ``c_attn`` plays both).
         rank: r, the rank of B A (EasyEdit: 8).
@@ -73,7 +73,7 @@ class LoRA(EditorModule):
     def __init__(
         self,
         lm: ModelSource,
-        sites: EditSites | None = None,
+        layers: list[int] | None = None,
         target_modules: list[ModuleRole] | None = None,
         rank: int = 8,
         alpha: float = 32.0,
@@ -92,7 +92,6 @@ class LoRA(EditorModule):
         require(alpha > 0, "alpha", alpha, "the adapter's scale, > 0")
         check_training(num_steps, lr, weight_decay, step_batch_size, early_stop_loss)
         super().__init__(lm, **kwargs)
-        self.sites = sites or EditSites()
         self.arch = resolve_architecture(self.model)
         self.target_modules = list(target_modules or ["attn_q", "attn_v"])
         self.rank = rank
@@ -105,7 +104,7 @@ class LoRA(EditorModule):
         self.sequential_adapters = sequential_adapters
         self.export_format = export
         self.init_seed = init_seed
-        layers = range(self.arch.num_layers) if self.sites.lora_layers is None else self.sites.lora_layers
+        layers = range(self.arch.num_layers) if layers is None else layers
         names = [
             self.arch.layer_name(template, layer)
             for layer in layers

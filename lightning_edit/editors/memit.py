@@ -29,13 +29,13 @@ from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
 
 
 class MEMIT(LocateThenEdit):
-    """Mass-Editing Memory in a Transformer: ``sites.memit_layers`` with λ = ``mom2_update_weight`` (both set by the
-    model preset).
+    """Mass-Editing Memory in a Transformer: the MLP output projections of several layers.
 
     Args:
+        layers: the edited layers (the model preset sets them: gpt2-xl 13-17, GPT-J 3-8, LLaMA/Qwen 4-8).
         mom2_update_weight: λ, the weight of the preserved keys' covariance C in ``ΔW (λC + K Kᵀ) = R Kᵀ`` (gpt2-xl
-            20000, others 15000; MEMIT's own, not a site: AlphaEdit, which inherits it, does not use it).
-        *args, **kwargs: lm, sites, fact_token, stats, target (MEMIT: clamp_norm_factor 0.75), template_lengths
+            20000, others 15000; the model preset sets it; AlphaEdit, which inherits it, does not use it).
+        *args, **kwargs: lm, fact_token, stats, target (MEMIT: clamp_norm_factor 0.75), template_lengths
             (MEMIT: [[10, 5]]), template_seed, update_filter (:class:`LocateThenEdit`) and the EditorModule
             arguments.
     """
@@ -43,9 +43,9 @@ class MEMIT(LocateThenEdit):
     default_target = TargetOptimization(clamp_norm_factor=0.75)
     default_template_lengths = MEMIT_TEMPLATE_LENGTHS
 
-    def __init__(self, *args, mom2_update_weight: float = 15000.0, **kwargs):
+    def __init__(self, *args, layers: list[int] = [4, 5, 6, 7, 8], mom2_update_weight: float = 15000.0, **kwargs):
         super().__init__(*args, **kwargs)
-        self.layers = sorted(self.sites.memit_layers)
+        self.layers = sorted(layers)
         self.mom2_update_weight = mom2_update_weight
         self._covariances: dict[int, CovarianceFactor] = {}
         self.weight_names = [f"{self.arch.layer_name(self.arch.spec.mlp_out, layer)}.weight" for layer in self.layers]

@@ -37,10 +37,8 @@ from torch.func import functional_call
 from lightning_edit.cases import EditRequest, TrainingEdit
 from lightning_edit.editors.base import EditorModule
 from lightning_edit.editors.gradients import EditBatch, encode_edits, inputs_and_output_gradients, target_nll
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.mend_network import Factors, MENDNetwork
 from lightning_edit.editors.stream_health import StreamHealth
-from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.errors import ConfigError, UserError, refused_weights
 from lightning_edit.evaluation import ScoringConfig
 from lightning_edit.models.loading import ModelSource
@@ -52,9 +50,7 @@ NETWORK_SETTINGS = ("rank", "n_layers", "norm", "shared")
 _PROBES = 8  # weight entries recorded per edited weight to recognise the base model
 # A fit checkpoint's hyper-parameters hold these plain config dataclasses: allow them in ``weights_only`` loads, which
 # Lightning uses to resume a fit (``--ckpt_path``) and :func:`read_hypernetwork` to read a checkpoint.
-torch.serialization.add_safe_globals(
-    [AttributeDict, EditSites, ModelSource, ScoringConfig, StreamHealth, TargetOptimization]
-)
+torch.serialization.add_safe_globals([AttributeDict, ModelSource, ScoringConfig, StreamHealth])
 
 
 class MENDCheckpointError(UserError, ValueError):
@@ -66,9 +62,9 @@ class MEND(EditorModule):
 
     Args:
         lm: the causal language model to edit (frozen: only the hypernetwork trains).
-        sites: ``sites.mend_layers`` (set by the model preset) picks the layers whose MLP input and output
-            projections are edited (GPT-2 ``c_fc`` and ``c_proj``, LLaMA ``gate/up/down_proj``); None or unset: the
-            last three layers, as MEND does.
+        layers: the layers whose MLP input and output projections are edited (GPT-2 ``c_fc`` and ``c_proj``, LLaMA
+            ``gate/up/down_proj``; the model preset sets them, e.g. gpt2-xl 45-47); None: the last three layers, as
+            MEND does.
         inner_params: explicit weight names to edit instead (e.g. ``transformer.h.3.mlp.c_proj.weight``).
         rank: rank of the transform's low-rank layers (MEND: 1920, capped at d_in + d_out).
         n_layers: residual low-rank layers per transform (MEND's ``n_hidden: 1`` = 2 layers).
@@ -84,8 +80,6 @@ class MEND(EditorModule):
         grad_clip: gradient norm clip of each step (MEND: 100).
         ckpt_path: a trained hypernetwork: the ``mend.pt`` written by fit or a fit checkpoint (``.ckpt``). Its
             network settings (rank, n_layers, norm, shared) replace the ones given here.
-        target: not used by MEND; accepted so that the model presets, which set the locate-then-edit target values,
-            compose with MEND.
         **kwargs: protocol, edit_batch_size, eval_at, scoring, output_dir (fit writes ``mend.pt`` there; default
             the log directory) (see EditorModule).
     """
@@ -93,7 +87,7 @@ class MEND(EditorModule):
     def __init__(
         self,
         lm: ModelSource,
-        sites: EditSites | None = None,
+        layers: list[int] | None = None,
         inner_params: list[str] | None = None,
         rank: int = 1920,
         n_layers: int = 2,
@@ -108,14 +102,13 @@ class MEND(EditorModule):
         accumulate: int = 10,
         grad_clip: float = 100.0,
         ckpt_path: str | None = None,
-        target: TargetOptimization | None = None,
         **kwargs,
     ):
         super().__init__(lm, **kwargs)
         self.automatic_optimization = False  # steps with non-finite gradients are skipped, not applied
         self.strict_loading = False  # checkpoints hold no base-model weight; on_load_checkpoint checks the rest
         self.arch = resolve_architecture(self.model)
-        self.inner_params = inner_params or self._default_inner_params(sites or EditSites())
+        self.inner_params = inner_params or self._default_inner_params(layers)
         self.modules_of = {name: self._inner_module(name) for name in self.inner_params}
         self.layouts = {name: weight_layout(self.model.get_submodule(m)) for name, m in self.modules_of.items()}
         self.lr_scale = lr_scale
@@ -143,8 +136,8 @@ class MEND(EditorModule):
 
     # Edited parameters ---------------------------------------------------------------------------------------
 
-    def _default_inner_params(self, sites: EditSites) -> list[str]:
-        layers = sites.mend_layers if sites.mend_layers is not None else range(self.arch.num_layers)[-3:]
+    def _default_inner_params(self, layers: list[int] | None) -> list[str]:
+        layers = layers if layers is not None else range(self.arch.num_layers)[-3:]
         templates = (*self.arch.spec.mlp_in, self.arch.spec.mlp_out)
         return [f"{self.arch.layer_name(t, layer)}.weight" for layer in layers for t in templates]
 
@@ -333,7 +326,7 @@ class MEND(EditorModule):
         if not differences and meta["inner_params"] != list(self.inner_params):
             raise MENDCheckpointError(
                 f"{source}: the MEND checkpoint edits {meta['inner_params']}, but this run edits {self.inner_params} "
-                "(set sites.mend_layers or inner_params to the checkpoint's)"
+                "(set model.layers or model.inner_params to the checkpoint's)"
             )
         if not differences:
             for name, values in trained_for["probes"].items():

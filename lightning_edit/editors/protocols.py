@@ -4,8 +4,8 @@
   when the editor's edits are low rank (:meth:`~lightning_edit.editors.base.EditorModule.low_rank_edits`) the cases
   of a batch are instead computed together and scored in one pass where each case's rows see its own update
   (``batched_single``, docs/methods.md#batched-single);
-- ``batch`` (:class:`BatchProtocol`): the cases of one dataloader batch (``data.batch_size``) are applied together,
-  each is scored on that model, then they are undone;
+- ``batch`` (:class:`BatchProtocol`): ``edit_batch_size`` consecutive cases (one validation step: the data batch
+  follows the editor's setting) are applied together, each is scored on that model, then they are undone;
 - ``sequential``: :mod:`lightning_edit.editors.sequential`;
 - ``fit`` (:class:`FitProtocol`): every case of the benchmark is applied (as the sequential protocol does,
   ``edit_batch_size`` per call), the result exported (``export``: by default the edited model as safetensors with
@@ -14,9 +14,9 @@
 
 Under every protocol, the requests of a case that splits them into editor calls (``EditCase.calls``: RULE-EDIT's
 instance editing, one request per call; DMLE's staged edits, two then one) are applied in those calls, in order;
-other cases' requests go to the editor together. ``edit_batch_size`` belongs to ``sequential`` and ``fit``: under
-``single`` and ``batch`` it is ignored, with a logged note (a method config written for ``sequential`` composes with
-``--model.protocol single``).
+other cases' requests go to the editor together. ``edit_batch_size`` is the cases per editor call under ``batch``,
+``sequential`` and ``fit``; under ``single`` it is ignored, with a logged note (a method config written for
+``sequential`` composes with ``--model.protocol single``).
 
 Locality (``agreement``) metrics, BAKE's pre-edit filter and the ``<metric>_pre`` reports use the model before any
 edit of the run. With ``in_context``, each case's in-context text (built before any edit) is put before its
@@ -124,7 +124,7 @@ class SingleProtocol(EditScoreUndo):
 
 
 class BatchProtocol(EditScoreUndo):
-    """``batch``: the cases of one data batch edited together, scored, undone."""
+    """``batch``: the cases of one validation step (``edit_batch_size`` of them) edited together, scored, undone."""
 
     def score_edited(
         self, batch: list[EditCase], mine: list[EditCase], scorer: CaseScorer, reference: Reference

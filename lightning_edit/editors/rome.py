@@ -26,25 +26,27 @@ from lightning_edit.models.row_updates import LowRankUpdate, RowUpdates
 
 
 class ROME(LocateThenEdit):
-    """Rank-One Model Editing of one MLP output projection, ``sites.rome_layer`` (set by the model preset).
+    """Rank-One Model Editing of the MLP output projection of one layer.
 
     Args:
+        layer: the edited layer (the model preset sets it: gpt2-xl 17; GPT-J, LLaMA, Qwen 5).
         mom2_adjustment: use the key statistics C (paper: true; EasyEdit's configs: false, i.e. C = I); ``stats``
             names their corpus.
         key: ``original`` (k̄ direction, k₀ constraint), or r-ROME's consistent ``prompt`` or ``prefix`` key.
-        *args, **kwargs: lm, sites, fact_token, stats, target (ROME's defaults), template_lengths (ROME: [[5, 10],
+        *args, **kwargs: lm, fact_token, stats, target (ROME's defaults), template_lengths (ROME: [[5, 10],
             [10, 10]]), template_seed, update_filter (:class:`LocateThenEdit`) and the EditorModule arguments.
     """
 
     def __init__(
         self,
         *args,
+        layer: int = 5,
         mom2_adjustment: bool = True,
         key: Literal["original", "prompt", "prefix"] = "original",
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        self.layer = self.sites.rome_layer
+        self.layer = layer
         self.mom2_adjustment = mom2_adjustment
         self.key = key
         self.weight_name = f"{self.arch.layer_name(self.arch.spec.mlp_out, self.layer)}.weight"

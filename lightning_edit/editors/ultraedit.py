@@ -25,14 +25,13 @@ from torch import Tensor
 from lightning_edit.cases import EditRequest
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.gradients import encode_edits, inputs_and_output_gradients, target_token_nll
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.mend_network import RunningNorm
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import from_linear, resolve_architecture, weight_layout
 
 #: ε of the normalisation: float32's machine epsilon, as the reference code
 NORM_EPS = torch.finfo(torch.float32).eps
-#: η where neither ``lr`` nor the preset's ``sites.ultraedit_lr`` is given (EasyEdit's Gemma-3 27B config)
+#: η where ``lr`` is not given (EasyEdit's Gemma-3 27B config)
 DEFAULT_LR = 1e-6
 
 
@@ -60,11 +59,13 @@ class UltraEdit(EditorModule):
 
     Args:
         lm: the causal language model to edit.
-        sites: ``sites.ultraedit_layers`` and ``sites.ultraedit_modules`` (a model preset sets them): the edited
-            projections; by default the MLP output projections of the two layers before the last. Also
-            ``sites.ultraedit_lr``, η for the model.
-        lr: η, the step of the value shifts; None: the model preset's ``sites.ultraedit_lr``, else 1e-6 (UltraEdit
-            repo, EasyEdit's Gemma-3 27B config). It depends on the model, so the preset holds it.
+        layers: the edited layers (a model preset sets them: GPT-J 18-26, Qwen2.5-7B 18-26 in the UltraEdit repo);
+            None: the two layers before the last (the repo's Mistral-7B choice, 29-30 of 32).
+        modules: which projections of those layers are edited: ``mlp_out`` (the MLP output projection, the repo's
+            GPT-J and Mistral choice) and/or ``mlp_in`` (LLaMA/Qwen gate and up projections, GPT-2 ``c_fc``; the
+            repo's Qwen2.5 choice).
+        lr: η, the step of the value shifts; it grows with the model's scale, so a model preset sets it (toy GPT-2
+            5e-4, toy LLaMA 2e-3, SmolLM2-135M 5e-4); None: 1e-6 (UltraEdit repo, EasyEdit's Gemma-3 27B config).
         ridge: λ of the least-squares solve (reference: 1, the identity added to KᵀK).
         rows: the tokens whose keys and gradients enter: ``all`` real tokens of prompt and target (the reference's
             ``token: mask``) or the ``target`` tokens only (its ``token: ans``).
@@ -76,15 +77,15 @@ class UltraEdit(EditorModule):
     def __init__(
         self,
         lm: ModelSource,
-        sites: EditSites | None = None,
+        layers: list[int] | None = None,
+        modules: list[Literal["mlp_in", "mlp_out"]] = ["mlp_out"],
         lr: float | None = None,
         ridge: float = 1.0,
         rows: Literal["all", "target"] = "all",
         pass_size: int = 10,
         **kwargs,
     ):
-        sites = sites or EditSites()
-        lr = next((value for value in (lr, sites.ultraedit_lr) if value is not None), DEFAULT_LR)
+        lr = DEFAULT_LR if lr is None else lr
         require(lr > 0, "lr", lr, "η, the step of the value shifts, is positive")
         require(ridge > 0, "ridge", ridge, "λ of the solve is positive (KᵀK alone may be singular)")
         require(pass_size >= 1, "pass_size", pass_size, "requests per forward and backward pass, at least 1")
@@ -94,7 +95,6 @@ class UltraEdit(EditorModule):
         self.rows = rows
         self.pass_size = pass_size
         arch = resolve_architecture(self.model)
-        layers = sites.ultraedit_layers
         if layers is None:
             layers = list(range(arch.num_layers))[-3:-1]
         roles = {"mlp_in": arch.spec.mlp_in, "mlp_out": (arch.spec.mlp_out,)}
@@ -102,7 +102,7 @@ class UltraEdit(EditorModule):
         self.weight_of = {
             arch.layer_name(template, layer): f"{arch.layer_name(template, layer)}.weight"
             for layer in layers
-            for role in sites.ultraedit_modules
+            for role in modules
             for template in roles[role]
         }
         self.layouts = {m: weight_layout(self.model.get_submodule(m)) for m in self.weight_of}

@@ -2,7 +2,7 @@
 Language Models"): edits go to a side memory of one FFN value matrix, and a router sends an input there only when
 its activation score is high; the model's weights never change.
 
-With W_v the MLP output projection of ``sites.wise_layer`` (main memory, frozen) and a(x) its input at one token
+With W_v the MLP output projection of ``layer`` (main memory, frozen) and a(x) its input at one token
 (docs/methods.md#wise):
 
 - side memory W_v' = W_v + ΔW, a copy that edits train; an edit trains only the entries of the shard's random
@@ -32,7 +32,6 @@ from lightning_edit.cases import EditCase, EditRequest
 from lightning_edit.editors.adapters import Adapter, AdapterSite, AdapterUndo
 from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.context_templates import ContextTemplateCache
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.errors import ConfigError
 from lightning_edit.models.hooks import PrefixReuse
 from lightning_edit.models.loading import ModelSource
@@ -145,7 +144,8 @@ class WISE(EditorModule):
 
     Args:
         lm: the causal language model to edit (its weights are never changed).
-        sites: ``sites.wise_layer`` (set by the model preset) is the layer whose MLP output projection is copied.
+        layer: the layer whose MLP output projection is copied (the model preset sets it: LLaMA-2 7B 27, LLaMA-3 8B
+            29); None where no reference value exists: then it must be given.
         mask_ratio: fraction of the side memory's entries a shard trains (paper: 0.2).
         edit_lr: SGD learning rate (EasyEdit: 1.0 LLaMA-2, 0.9 LLaMA-3).
         n_iter: SGD steps per edit at most (EasyEdit: 70 LLaMA-2, 30 LLaMA-3).
@@ -165,7 +165,7 @@ class WISE(EditorModule):
     def __init__(
         self,
         lm: ModelSource,
-        sites: EditSites | None = None,
+        layer: int | None = None,
         mask_ratio: float = 0.2,
         edit_lr: float = 1.0,
         n_iter: int = 70,
@@ -179,8 +179,7 @@ class WISE(EditorModule):
         seed: int = 0,
         **kwargs,
     ):
-        layer = (sites or EditSites()).wise_layer
-        require(layer is not None, "sites.wise_layer", layer, "WISE's layer: set it (a model preset or the flag)")
+        require(layer is not None, "layer", layer, "WISE's layer: set it (a model preset or the flag)")
         require(
             0 < mask_ratio < 1, "mask_ratio", mask_ratio, "the share of the side memory one shard trains, in (0, 1)"
         )

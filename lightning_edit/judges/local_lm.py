@@ -28,7 +28,7 @@ class LocalLMJudge(LLMJudge):
     Args:
         path: the model (local directory, ``builtin:models/<name>`` or hub id), as for the edited model.
         dtype: weight dtype.
-        batch_size: prompts per generation batch.
+        prompts_per_forward: prompts per forward pass of generation.
         template, scale, key, max_tokens, temperature, cache_dir: see :class:`~lightning_edit.judges.llm.LLMJudge`
             (``temperature`` > 0 samples, seeded with 0).
     """
@@ -37,7 +37,7 @@ class LocalLMJudge(LLMJudge):
         self,
         path: str,
         dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32",
-        batch_size: int = 8,
+        prompts_per_forward: int = 8,
         template: str = "answer_correct",
         scale: Scale | None = None,
         key: str | None = None,
@@ -48,7 +48,7 @@ class LocalLMJudge(LLMJudge):
         super().__init__(template, scale, key, max_tokens, temperature, cache_dir)
         self.path = path
         self.dtype = dtype
-        self.batch_size = batch_size
+        self.prompts_per_forward = prompts_per_forward
 
     def settings(self) -> dict[str, Any]:
         return {"model": self.path, "dtype": self.dtype, **super().settings()}
@@ -81,7 +81,7 @@ class LocalLMJudge(LLMJudge):
             max_new_tokens=self.max_tokens,
             do_sample=self.temperature > 0,
             temperature=self.temperature or 1.0,
-            batch_size=self.batch_size,
+            batch_size=self.prompts_per_forward,
         )
         return [(reply, "") for reply in replies]
 

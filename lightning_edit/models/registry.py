@@ -23,7 +23,7 @@ ModuleRole = Literal["attn_q", "attn_k", "attn_v", "attn_out", "mlp_in", "mlp_ou
 
 
 class LayerRangeError(ConfigError, IndexError):
-    """A layer index (a setting such as ``sites.rome_layer``) outside the model."""
+    """A layer index (a setting such as ROME's ``model.layer``) outside the model."""
 
 
 class UnsupportedArchitectureError(UserError, ValueError):
@@ -206,7 +206,7 @@ class ModelArchitecture:
         if not 0 <= layer < self.num_layers:
             raise LayerRangeError(
                 f"Layer {layer} out of range for a {self.num_layers}-layer {self.family} model (layers 0 to "
-                f"{self.num_layers - 1}): set the sites (sites.*_layer(s)) to layers of this model."
+                f"{self.num_layers - 1}): set the edited layers (model.layer or model.layers) to layers of this model."
             )
         return template.format(layer)
 

@@ -7,7 +7,8 @@ on except the document range: the model fingerprint of that layer (:mod:`.finger
 folder name), the hooked module, the corpus identity (content hash for files), ``max_length``, the model dtype and
 the float64 accumulation. The JSON metadata also records the corpus description, ``n_documents`` (documents
 actually used; fewer than requested if the corpus is short), ``n_tokens`` (non-padding tokens, the divisor of the
-mean) and checksums (:mod:`.store`). Batch size is recorded, not keyed: it changes the sums only by rounding.
+mean) and checksums (:mod:`.store`). Documents per forward pass are recorded, not keyed: they change the sums only
+by rounding.
 
 :func:`load_or_compute`, per layer: a valid complete entry is loaded (no forward pass); else complete entries of
 sub-ranges written by other processes or runs (``start``/``n_samples`` shards) that tile the range are merged;
@@ -166,7 +167,7 @@ def load_or_compute(
     n_samples: int = 100_000,
     start: int = 0,
     max_length: int | None = None,
-    batch_size: int = 8,
+    documents_per_forward: int = 8,
     cache_dir: str | Path | None = None,
     save_every: int | None = 10_000,
     text_field: str = "text",
@@ -186,7 +187,7 @@ def load_or_compute(
         start: First document index. Shards ``[0, m)`` and ``[m, n)`` computed by separate runs with the same
             ``cache_dir`` are merged when ``[0, n)`` is requested.
         max_length: Tokens kept per document (default: context length clamped to 4096).
-        batch_size: Documents per forward.
+        documents_per_forward: Documents per forward pass.
         cache_dir: Cache directory (default: see :func:`stats_cache_dir`).
         save_every: Save partial sums every this many documents (``None``: only on interruption).
         text_field: Document field of ``.jsonl`` records and Hugging Face datasets.
@@ -224,7 +225,7 @@ def load_or_compute(
         "corpus": corpus.description,
         "model_name_or_path": getattr(model.config, "_name_or_path", ""),
         "model_class": type(model).__name__,
-        "batch_size": batch_size,
+        "documents_per_forward": documents_per_forward,
     }
     results: dict[int, SecondMoment] = {}
     for layer in layers:
@@ -254,7 +255,7 @@ def load_or_compute(
             states,
             start + n_samples,
             max_length=max_length,
-            batch_size=batch_size,
+            documents_per_forward=documents_per_forward,
             save_every=save_every,
             on_checkpoint=checkpoint,
             on_batch=on_batch,

@@ -22,18 +22,18 @@ class KeyStatistics:
             ``hf:<dataset>[:<config>]`` (needs network and the ``datasets`` package). ROME/MEMIT used Wikipedia.
         n_samples: documents used (ROME/MEMIT: 100,000).
         max_length: tokens kept per document (None: the model's context, at most 4096).
-        batch_size: documents per forward pass.
+        documents_per_forward: documents per forward pass.
         cache_dir: the statistics cache (default ``$LIGHTNING_EDIT_CACHE`` or ``~/.cache/lightning_edit/stats``).
     """
 
     corpus: str | None = None
     n_samples: int = 100_000
     max_length: int | None = None
-    batch_size: int = 8
+    documents_per_forward: int = 8
     cache_dir: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("n_samples", "batch_size", "max_length"):
+        for name in ("n_samples", "documents_per_forward", "max_length"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"stats.{name}={value}: must be at least 1")
@@ -81,4 +81,8 @@ class KeyStatistics:
         return self.corpus if self.corpus.startswith("hf:") else str(resolve_path(self.corpus))
 
     def _options(self) -> dict:
-        return {"max_length": self.max_length, "batch_size": self.batch_size, "cache_dir": self.cache_dir}
+        return {
+            "max_length": self.max_length,
+            "documents_per_forward": self.documents_per_forward,
+            "cache_dir": self.cache_dir,
+        }

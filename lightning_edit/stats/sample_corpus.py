@@ -33,12 +33,12 @@ def sample_documents(
     tokenizer: PreTrainedTokenizerBase,
     documents: int,
     max_new_tokens: int = 128,
-    batch_size: int = 32,
+    documents_per_forward: int = 32,
     seed: int = 0,
     progress: bool = True,
 ) -> list[str]:
-    """``documents`` texts sampled from the start token, batch ``b`` seeded with ``seed + b`` (module docstring);
-    ``progress``: a progress bar on stderr."""
+    """``documents`` texts sampled from the start token, ``documents_per_forward`` at a time, batch ``b`` seeded with
+    ``seed + b`` (module docstring); ``progress``: a progress bar on stderr."""
     import torch
     from tqdm.auto import tqdm
 
@@ -47,8 +47,8 @@ def sample_documents(
         raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has neither a BOS nor an EOS token to start from")
     texts: list[str] = []
     with tqdm(total=documents, desc="sampling", unit="doc", disable=not progress) as bar, torch.no_grad():
-        for batch, first in enumerate(range(0, documents, batch_size)):
-            rows = min(batch_size, documents - first)
+        for batch, first in enumerate(range(0, documents, documents_per_forward)):
+            rows = min(documents_per_forward, documents - first)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed + batch)
                 ids = model.generate(
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", required=True, help="lm.path of the model (a folder, gguf:<name>, a hub id)")
     parser.add_argument("--documents", type=tools.positive_int, default=2000)
     parser.add_argument("--max-new-tokens", type=tools.positive_int, default=128)
-    parser.add_argument("--batch-size", type=tools.positive_int, default=32)
+    parser.add_argument("--documents-per-forward", type=tools.positive_int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True, help="the .jsonl file to write")
     args = parser.parse_args(argv)
@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> None:
         from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(ModelSource(args.model))
-        texts = sample_documents(model, tokenizer, args.documents, args.max_new_tokens, args.batch_size, args.seed)
+        texts = sample_documents(
+            model, tokenizer, args.documents, args.max_new_tokens, args.documents_per_forward, args.seed
+        )
         for text in texts:
             file.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
     empty = sum(not text.strip() for text in texts)

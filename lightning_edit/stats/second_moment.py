@@ -4,9 +4,9 @@ See docs/methods.md#key-statistics.
 
 ``k`` is the input of the MLP output projection (``arch.spec.mlp_out``) at one token. Documents are tokenized with
 the tokenizer's default special tokens (LLaMA gets its BOS), truncated to ``max_length`` tokens, batched
-``batch_size`` at a time with right padding; padded positions are dropped with the attention mask. Every requested
-layer is hooked in the same forward, which is aborted right after the deepest layer's projection. Sums are kept in
-float64 whatever the model dtype; the count is in tokens (``n_tokens``) and documents (``n_documents``), and
+``documents_per_forward`` at a time with right padding; padded positions are dropped with the attention mask. Every
+requested layer is hooked in the same forward, which is aborted right after the deepest layer's projection. Sums are
+kept in float64 whatever the model dtype; the count is in tokens (``n_tokens``) and documents (``n_documents``), and
 :meth:`SecondMoment.mean` divides by tokens: ``C = E[k kᵀ]``, uncentred, mean over tokens.
 
 The pass can resume: each layer carries ``next_document`` (absolute corpus index); :func:`run_pass` starts at the
@@ -109,7 +109,7 @@ def run_pass(
     stop: int,
     *,
     max_length: int,
-    batch_size: int = 8,
+    documents_per_forward: int = 8,
     save_every: int | None = None,
     on_checkpoint: Callable[[Mapping[int, LayerProgress]], None] | None = None,
     on_batch: Callable[[Mapping[int, LayerProgress]], None] | None = None,
@@ -141,7 +141,7 @@ def run_pass(
     bar = tqdm(total=stop - first, desc=description, unit="doc", disable=not show_progress)
     try:
         with torch.no_grad():
-            for batch in _batches(corpus.documents(first, stop), first, batch_size):
+            for batch in _batches(corpus.documents(first, stop), first, documents_per_forward):
                 encoded = tokenizer([text for _, text in batch], truncation=True, max_length=max_length)["input_ids"]
                 kept = [(index, ids) for (index, _), ids in zip(batch, encoded) if ids]
                 keys = _forward_keys(model, names, active, kept, pad_id, device) if kept else {}
@@ -213,7 +213,7 @@ def collect_second_moments(
     n_samples: int = 100_000,
     start: int = 0,
     max_length: int | None = None,
-    batch_size: int = 8,
+    documents_per_forward: int = 8,
     progress: bool = True,
     on_batch: Callable[[Mapping[int, LayerProgress]], None] | None = None,
 ) -> dict[int, SecondMoment]:
@@ -227,7 +227,7 @@ def collect_second_moments(
         n_samples: Number of documents (fewer if the corpus ends first; ``n_documents`` says how many).
         start: Index of the first document (to compute one shard of a larger range).
         max_length: Tokens kept per document (default :func:`default_max_length`).
-        batch_size: Documents per forward.
+        documents_per_forward: Documents per forward pass.
         progress: Show a progress bar.
         on_batch: Called with the running ``{layer: LayerProgress}`` after each batch.
     """
@@ -241,7 +241,7 @@ def collect_second_moments(
         states,
         start + n_samples,
         max_length=max_length or default_max_length(model),
-        batch_size=batch_size,
+        documents_per_forward=documents_per_forward,
         on_batch=on_batch,
         show_progress=progress,
     )

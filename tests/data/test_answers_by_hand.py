@@ -89,7 +89,7 @@ def test_answers_stop_rules_and_grades_by_hand(tmp_path, context, family, paddin
     path.write_text(json.dumps(RECORDS))
     data = CounterFact(str(path), generated_answers=context)
     data.setup()
-    config = ScoringConfig(batch_size=8)  # every prompt of both cases in one left-padded batch
+    config = ScoringConfig(sequences_per_forward=8)  # every prompt of both cases in one left-padded batch
     reference = CaseScorer(scripted_in(tokenizer, context, UNEDITED), tokenizer, config, data.score_kinds).reference(
         data.cases
     )

@@ -347,14 +347,13 @@ def test_dmle_staged_edits_are_two_editor_calls_per_rule_with_memit():
     from lightning import Trainer
 
     from lightning_edit.editors import MEMIT
-    from lightning_edit.editors.locate import EditSites
     from lightning_edit.editors.target_vector import TargetOptimization
     from lightning_edit.models.loading import ModelSource
     from lightning_edit.stats.config import KeyStatistics
 
     editor = MEMIT(
         ModelSource("builtin:models/tiny-gpt2"),
-        sites=EditSites(memit_layers=[0, 1]),
+        layers=[0, 1],
         mom2_update_weight=100.0,
         stats=KeyStatistics(corpus="builtin:data/toy/corpus.txt", n_samples=20),
         target=TargetOptimization(v_num_grad_steps=2),
@@ -375,7 +374,6 @@ def test_an_edit_prompt_without_the_subject_is_left_out_by_editors_that_read_key
     from lightning import Trainer
 
     from lightning_edit.editors import FT, MEMIT
-    from lightning_edit.editors.locate import EditSites
     from lightning_edit.editors.target_vector import TargetOptimization
     from lightning_edit.models.loading import ModelSource
     from lightning_edit.stats.config import KeyStatistics
@@ -384,14 +382,14 @@ def test_an_edit_prompt_without_the_subject_is_left_out_by_editors_that_read_key
     if editor_name == "MEMIT":
         editor = MEMIT(
             tiny,
-            sites=EditSites(memit_layers=[0, 1]),
+            layers=[0, 1],
             mom2_update_weight=100.0,
             stats=KeyStatistics(corpus="builtin:data/toy/corpus.txt", n_samples=20),
             target=TargetOptimization(v_num_grad_steps=2),
             template_lengths=[[5, 1]],
         )
     else:
-        editor = FT(tiny, sites=EditSites(ft_layers=[1]), num_steps=1)
+        editor = FT(tiny, layers=[1], num_steps=1)
     calls, apply_edits = [], editor.apply_edits
     editor.apply_edits = lambda requests: (calls.append([r.extra["stage"] for r in requests]), apply_edits(requests))
     data = RuleEdit(str(quirky_copy(tmp_path)), task="all", case_grouping="dmle_staged", judge={"exact_match": {}})

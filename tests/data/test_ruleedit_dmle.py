@@ -101,7 +101,7 @@ def test_each_point_gives_the_reference_value_and_each_alternative_its_own(famil
     data.setup()
     edited = {p: t for case in data.cases for p, t in says(case, edited=True).items()}
     unedited = {p: t for case in data.cases for p, t in says(case, edited=False).items()}
-    config = ScoringConfig(batch_size=16)
+    config = ScoringConfig(sequences_per_forward=16)
     reference = CaseScorer(scripted(tokenizer, unedited), tokenizer, config, data.score_kinds).reference(data.cases)
     answers: dict = {}
     scores = CaseScorer(scripted(tokenizer, edited), tokenizer, config, data.score_kinds).score(
@@ -131,7 +131,9 @@ def test_batched_answers_equal_the_reference_loop_on_toy_rules():
     data = RuleEdit("builtin:data/ruleedit", task="all", case_grouping="dmle_staged", limit=2, judge={"same_text": {}})
     data.setup()
     answers: dict = {}
-    CaseScorer(model, tokenizer, ScoringConfig(batch_size=8), data.score_kinds).score(data.cases, {}, answers=answers)
+    CaseScorer(model, tokenizer, ScoringConfig(sequences_per_forward=8), data.score_kinds).score(
+        data.cases, {}, answers=answers
+    )
     checked = 0
     for metric in ("Rel", "Gen", "IP", "RU"):
         for case_id, index, answer in answers[metric]:

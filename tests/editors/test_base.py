@@ -18,6 +18,7 @@ from lightning_edit.editors.protocol_runner import ProtocolRunner
 from lightning_edit.editors.protocols import BatchProtocol, EditScoreUndo, SingleProtocol
 from lightning_edit.editors.run_metrics import RunMetrics
 from lightning_edit.editors.sequential import SequentialProtocol, checkpoint_sample
+from lightning_edit.errors import ConfigError
 from lightning_edit.models.loading import ModelSource, load_model
 from lightning_edit.report import RunReport
 
@@ -79,13 +80,29 @@ def test_no_edit_scores_all_cases_of_a_batch_together():
     assert run(editor, limit=5)["ES"]["n_cases"] == 5
 
 
-def test_batch_protocol_applies_a_dataloader_batch_together():
-    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="batch")
+def test_batch_protocol_applies_edit_batch_size_cases_together():
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="batch", edit_batch_size=3)
     before = editor.model.get_parameter(EDITED).detach().clone()
-    results = run(editor, limit=4)  # batches of 3 and 1 cases
+    results = run(editor, limit=4)  # calls of 3 and 1 cases
     assert [len(subjects) for subjects in editor.seen] == [3, 1]
-    assert editor.norms[0] == pytest.approx(editor.norms[1])  # restored between batches
+    assert editor.norms[0] == pytest.approx(editor.norms[1])  # restored between calls
     assert torch.equal(editor.model.get_parameter(EDITED), before) and results["ES"]["n_cases"] == 4
+
+
+def test_under_batch_the_validation_step_is_one_editor_call_of_edit_batch_size():
+    """One setting of cases per call: the benchmark's steps follow the editor's; a data batch size that differs is
+    refused in one line before any edit."""
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="batch", edit_batch_size=2)
+    data = CounterFact("builtin:data/counterfact-flat.json", limit=5)  # data.batch_size unset
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
+    trainer.validate(editor, datamodule=data, verbose=False)
+    assert [len(subjects) for subjects in editor.seen] == [2, 2, 1] and data.batch_size == 2
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="batch", edit_batch_size=2)
+    data = CounterFact("builtin:data/counterfact-flat.json", limit=5, batch_size=4)
+    message = r"^data.batch_size=4: under protocol 'batch' the cases edited together are model.edit_batch_size \(2\)"
+    with pytest.raises(ConfigError, match=message):
+        trainer.validate(editor, datamodule=data, verbose=False)
+    assert editor.seen == []
 
 
 def test_sequential_protocol_accumulates_edits_then_evaluates_and_restores():
@@ -120,7 +137,7 @@ class TwoRequestCases(CounterFact):
 
 @pytest.mark.parametrize("protocol", ["single", "batch", "sequential"])
 def test_the_requests_of_a_case_go_to_the_editor_in_its_calls(protocol):
-    options = {"edit_batch_size": 3} if protocol == "sequential" else {}
+    options = {"edit_batch_size": 3} if protocol != "single" else {}
     editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol=protocol, **options)
     data = TwoRequestCases("builtin:data/counterfact-flat.json", limit=4, batch_size=3)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)
@@ -211,16 +228,17 @@ def test_a_case_that_cannot_be_edited_fails_before_any_weight_changes():
     assert editor.seen == [] and torch.equal(editor.model.get_parameter(EDITED), before)
 
 
-@pytest.mark.parametrize("protocol", ["single", "batch"])
-def test_edit_batch_size_outside_sequential_is_ignored_with_a_note(protocol, caplog):
-    """A sequential method config (AlphaEdit: edit_batch_size 100) composes with another protocol."""
-    expected = run(ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol=protocol), limit=4)
-    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol=protocol, edit_batch_size=4)
+def test_edit_batch_size_under_single_is_ignored_with_a_note(caplog):
+    """A sequential method config (AlphaEdit: edit_batch_size 100) composes with ``single``."""
+    expected = run(ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="single"), limit=4)
+    editor = ScaleEditor(ModelSource("builtin:models/tiny-gpt2"), protocol="single", edit_batch_size=4)
     with caplog.at_level(logging.INFO):
         results = run(editor, limit=4)
     assert results == expected
-    assert [len(subjects) for subjects in editor.seen] == ([1, 1, 1, 1] if protocol == "single" else [3, 1])
-    assert f"edit_batch_size=4 is read by protocol 'sequential' and fit only; ignored under '{protocol}'" in caplog.text
+    assert [len(subjects) for subjects in editor.seen] == [1, 1, 1, 1]
+    assert "edit_batch_size=4 is read by protocols 'batch' and 'sequential' and by fit; ignored under 'single'" in (
+        caplog.text
+    )
 
 
 def test_a_batch_limit_under_sequential_is_an_error():

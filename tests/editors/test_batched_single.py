@@ -9,7 +9,6 @@ import torch
 from lightning_edit.cases import EditRequest
 from lightning_edit.cli import build_cli
 from lightning_edit.editors import MEMIT, ROME, AlphaEdit
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import from_linear, resolve_architecture
@@ -105,9 +104,9 @@ def one_thread():
 )
 def test_low_rank_edits_score_as_the_written_edits(tiny_model_dir, stats, cls, kwargs, groups):
     """Per-prompt NLLs of every case on its row updates equal those on its written update, within 1e-5."""
-    sites = EditSites(rome_layer=1, memit_layers=[0, 1])
+    sites = {"layer": 1} if cls is ROME else {"layers": [0, 1]}
     source = ModelSource(str(tiny_model_dir))
-    editor = cls(source, sites, stats=stats, target=QUICK, template_lengths=[[8, 2]], **kwargs)
+    editor = cls(source, **sites, stats=stats, target=QUICK, template_lengths=[[8, 2]], **kwargs)
     cases = [[REQUESTS[i] for i in group] for group in groups]
     owners = [owner for owner in range(len(cases)) for _ in PROMPTS]
     rows = editor.low_rank_edits(cases)
@@ -128,7 +127,7 @@ def test_batched_and_one_at_a_time_give_the_same_case_scores(tmp_path, method):
         build_cli([
             "validate", f"--config={CONFIGS}/methods/{method}.yaml", f"--config={CONFIGS}/models/toy-gpt2.yaml",
             f"--config={CONFIGS}/benchmarks/counterfact.yaml", "--data.path=builtin:data/toy/counterfact.json",
-            "--data.limit=6", "--data.batch_size=3", "--model.target.v_num_grad_steps=15",
+            "--data.limit=6", "--data.batch_size=3", "--model.protocol=single", "--model.target.v_num_grad_steps=15",
             "--data.generated_answers=bare",  # generation, too, sees each case's own update
             f"--model.batched_single={str(batched).lower()}", f"--trainer.default_root_dir={directory}",
             "--trainer.logger=false", "--trainer.enable_progress_bar=false",

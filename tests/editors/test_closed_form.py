@@ -15,7 +15,7 @@ import torch
 from lightning_edit.cases import EditRequest
 from lightning_edit.cli import build_cli
 from lightning_edit.editors import MEMIT, ROME, AlphaEdit
-from lightning_edit.editors.locate import EditSites, fact_token_activations
+from lightning_edit.editors.locate import fact_token_activations
 from lightning_edit.editors.target_vector import TargetOptimization, optimize_target_vectors
 from lightning_edit.models.loading import ModelSource, load_model
 from lightning_edit.models.snapshot import WeightSnapshot
@@ -46,8 +46,8 @@ def stats(corpus, tmp_path) -> KeyStatistics:
 
 
 def make(cls, kwargs, model_dir, stats):
-    sites = EditSites(rome_layer=1, memit_layers=[0, 1])
-    return cls(ModelSource(str(model_dir)), sites, stats=stats, target=STRONG, template_lengths=[[8, 3]], **kwargs)
+    sites = {"layer": 1} if cls is ROME else {"layers": [0, 1]}
+    return cls(ModelSource(str(model_dir)), **sites, stats=stats, target=STRONG, template_lengths=[[8, 3]], **kwargs)
 
 
 @pytest.mark.parametrize("cls, kwargs", EDITORS, ids=lambda v: getattr(v, "__name__", str(v)))
@@ -88,7 +88,7 @@ def test_alphaedit_accumulates_edited_keys_within_a_sequence_only(tiny_model_dir
 
 
 def test_memit_without_statistics_corpus_is_a_clear_error(tiny_model_dir):
-    editor = MEMIT(ModelSource(str(tiny_model_dir)), EditSites(memit_layers=[0, 1]), template_lengths=[[5, 3]])
+    editor = MEMIT(ModelSource(str(tiny_model_dir)), layers=[0, 1], template_lengths=[[5, 3]])
     with pytest.raises(ValueError, match="needs key statistics"):
         editor.apply_edits([REQUEST])
 
@@ -99,7 +99,7 @@ def test_validate_and_fit_through_the_cli(tmp_path, corpus, monkeypatch):
     common = [
         "--model=ROME",
         "--model.lm.path=builtin:models/tiny-gpt2",
-        "--model.sites.rome_layer=1",
+        "--model.layer=1",
         f"--model.stats.corpus={corpus}",
         "--model.stats.n_samples=60",
         f"--model.stats.cache_dir={tmp_path / 'cache'}",

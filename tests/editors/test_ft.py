@@ -8,7 +8,6 @@ from lightning_edit.cases import EditRequest
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import FT
 from lightning_edit.editors.ft import clamp_to_box
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.objectives import IGNORE, objective_loss, prompt_last_loss, target_new_loss
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.tokenization import encode_prompt_target
@@ -76,7 +75,7 @@ def test_clamp_to_box_keeps_entries_inside_and_clips_the_others():
 
 def test_ft_l_change_stays_in_the_box_and_only_the_ft_layers_change():
     epsilon = 1e-3
-    editor = FT(TINY, sites=EditSites(ft_layers=[1]), norm_constraint=epsilon, num_steps=5, lr=1e-1)
+    editor = FT(TINY, layers=[1], norm_constraint=epsilon, num_steps=5, lr=1e-1)
     before = {name: value.clone() for name, value in editor.model.state_dict().items()}
     undo = editor.edit([REQUEST])
     after = editor.model.state_dict()
@@ -102,11 +101,11 @@ def test_unconstrained_ft_lowers_the_loss_past_the_box():
 
 @pytest.mark.parametrize(
     ("protocol", "options"),
-    [("single", {}), ("batch", {}), ("sequential", {"edit_batch_size": 2, "eval_at": [2]})],
+    [("single", {}), ("batch", {"edit_batch_size": 2}), ("sequential", {"edit_batch_size": 2, "eval_at": [2]})],
 )
 @pytest.mark.parametrize("variant", [{}, {"norm_constraint": 1e-3}, {"objective": "target_new"}])
 def test_every_protocol_restores_the_model_bit_identically(protocol, options, variant):
-    editor = FT(TINY, sites=EditSites(ft_layers=[0, 1]), num_steps=2, protocol=protocol, **variant, **options)
+    editor = FT(TINY, layers=[0, 1], num_steps=2, protocol=protocol, **variant, **options)
     before = {name: value.clone() for name, value in editor.model.state_dict().items()}
     data = CounterFact("builtin:data/counterfact-flat.json", limit=4, batch_size=2)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)

@@ -13,7 +13,6 @@ from lightning_edit.cli import build_cli
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import GRACE
 from lightning_edit.editors.grace import CODEBOOK_FILE, SPLIT_MARGIN, codebook_update, grace_output, nearest_entries
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.models.hooks import Trace
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.tokenization import encode_prompt
@@ -87,7 +86,7 @@ def test_codebook_update_follows_the_paper_rules(distance, radius, same, expecte
 
 def grace(directory, **options) -> GRACE:
     options = {"n_iter": 30, "eps": 1.0, **options}
-    return GRACE(ModelSource(str(directory)), sites=EditSites(grace_layer=1), **options)
+    return GRACE(ModelSource(str(directory)), layer=1, **options)
 
 
 def module_io(editor: GRACE, text: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -167,7 +166,8 @@ def test_undo_restores_a_codebook_that_was_there(tiny_model_dir):
 
 
 @pytest.mark.parametrize(
-    ("protocol", "options"), [("single", {}), ("batch", {}), ("sequential", {"edit_batch_size": 2, "eval_at": [2]})]
+    ("protocol", "options"),
+    [("single", {}), ("batch", {"edit_batch_size": 2}), ("sequential", {"edit_batch_size": 2, "eval_at": [2]})],
 )
 def test_every_protocol_restores_the_model_bit_identically(tiny_model_dir, protocol, options):
     editor = grace(tiny_model_dir, n_iter=2, protocol=protocol, **options)
@@ -182,7 +182,7 @@ def test_every_protocol_restores_the_model_bit_identically(tiny_model_dir, proto
 
 
 def test_a_preset_without_grace_layer_is_refused(tiny_model_dir):
-    with pytest.raises(ValueError, match="sites.grace_layer"):
+    with pytest.raises(ValueError, match="model.layer"):
         GRACE(ModelSource(str(tiny_model_dir)))
 
 
@@ -195,7 +195,7 @@ def test_fit_exports_the_codebook_and_validate_reloads_it(tmp_path, monkeypatch)
     common = [
         "--config=configs/methods/grace.yaml",
         "--model.lm.path=builtin:models/toy-gpt2",
-        "--model.sites.grace_layer=2",
+        "--model.layer=2",
         "--model.n_iter=40",
         "--config=configs/benchmarks/counterfact.yaml",
         "--data.path=builtin:data/toy/counterfact.json",

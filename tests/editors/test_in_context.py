@@ -10,7 +10,6 @@ from lightning import Trainer
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import IKE, ROME, InContext, NoEdit
 from lightning_edit.editors.in_context import InContextPrompts, demonstrations_of, tfidf_similarities
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.models.loading import ModelSource
 
 POOL = [
@@ -89,7 +88,7 @@ def test_lexical_retrieval_skips_own_fact_and_puts_the_most_similar_last(pool):
 
 def test_model_retriever_embeds_with_the_edited_model(pool, tiny_lm):
     model, tokenizer = tiny_lm
-    config = InContext(demonstrations=3, pool=pool, retriever="model", batch_size=2)
+    config = InContext(demonstrations=3, pool=pool, retriever="model", texts_per_forward=2)
     context = InContextPrompts(config, model, tokenizer, cases(pool)).contexts(cases(pool)[1:2])[1]
     assert context.count("New Fact:") == 4 and context.endswith("New Fact: The capital of Italy is Berlin\nPrompt: ")
 
@@ -127,7 +126,7 @@ def test_ike_changes_no_weight_and_moves_the_scores(pool):
 def test_weight_editor_composes_with_in_context_prompting():
     """On toy edits the model knows (the pool's real-world capitals it does not), both parts change the scores."""
     source, toy = ModelSource("builtin:models/toy-gpt2"), "builtin:data/toy/counterfact.json"
-    options = dict(fact_token="last", template_lengths=[[5, 1]], mom2_adjustment=False, sites=EditSites(rome_layer=2))
+    options = dict(fact_token="last", template_lengths=[[5, 1]], mom2_adjustment=False, layer=2)
 
     def signature(results: dict) -> list[float]:
         return [results[name]["micro"] for name in sorted(results)]

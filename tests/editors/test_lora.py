@@ -12,7 +12,6 @@ from lightning_edit.cases import EditRequest
 from lightning_edit.cli import build_cli
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import LoRA
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.models.loading import ModelSource
 
 TINY = ModelSource("builtin:models/tiny-gpt2")
@@ -37,11 +36,11 @@ def assert_original(model: torch.nn.Module, original: tuple[dict, dict]) -> None
 def test_target_roles_map_to_the_modules_of_each_family():
     gpt2 = LoRA(TINY)
     assert gpt2.module_names == ["transformer.h.0.attn.c_attn", "transformer.h.1.attn.c_attn"]  # q and v: fused
-    llama = LoRA(ModelSource("builtin:models/toy-llama"), sites=EditSites(lora_layers=[1, 3]))
+    llama = LoRA(ModelSource("builtin:models/toy-llama"), layers=[1, 3])
     assert llama.module_names == [
         f"model.layers.{layer}.self_attn.{p}" for layer in (1, 3) for p in ("q_proj", "v_proj")
     ]
-    mlp = LoRA(TINY, target_modules=["mlp_in", "mlp_out"], sites=EditSites(lora_layers=[1]))
+    mlp = LoRA(TINY, target_modules=["mlp_in", "mlp_out"], layers=[1])
     assert mlp.module_names == ["transformer.h.1.mlp.c_fc", "transformer.h.1.mlp.c_proj"]
 
 
@@ -78,7 +77,7 @@ def test_per_edit_adapters_accumulate_frozen_and_are_all_removed():
     ("protocol", "options"),
     [
         ("single", {}),
-        ("batch", {}),
+        ("batch", {"edit_batch_size": 2}),
         ("sequential", {"edit_batch_size": 2, "eval_at": [2]}),
         ("sequential", {"sequential_adapters": "per_edit"}),
     ],

@@ -22,7 +22,6 @@ from lightning_edit.cli import InterruptCheckpoint, build_cli
 from lightning_edit.data import EditTraining
 from lightning_edit.editors import MEND
 from lightning_edit.editors.gradients import target_nll
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.mend import MENDCheckpointError, read_hypernetwork
 from lightning_edit.editors.mend_network import GradientTransform, RunningNorm
 from lightning_edit.models.build import train_tokenizer
@@ -50,7 +49,7 @@ def _single_thread():
 
 
 def mend(model_dir: Path, **kwargs) -> MEND:
-    kwargs = {"sites": EditSites(mend_layers=[0, 1]), "rank": 8, **kwargs}
+    kwargs = {"layers": [0, 1], "rank": 8, **kwargs}
     return MEND(ModelSource(str(model_dir)), **kwargs)
 
 
@@ -347,9 +346,9 @@ def test_checkpoint_of_another_base_model_is_refused(tiny_model_dir, tmp_path):
     torch.save(mend(tiny_model_dir).hypernetwork_state(), tmp_path / "mend.pt")
     other = ModelSource(str(tiny_model_dir), random_init_seed=1)  # same architecture, other weights
     with pytest.raises(MENDCheckpointError, match="trained for base model .* the weights of .* differ"):
-        MEND(other, sites=EditSites(mend_layers=[0, 1]), rank=8, ckpt_path=str(tmp_path / "mend.pt"))
+        MEND(other, layers=[0, 1], rank=8, ckpt_path=str(tmp_path / "mend.pt"))
     with pytest.raises(MENDCheckpointError, match="edits .* but this run edits"):
-        mend(tiny_model_dir, sites=EditSites(mend_layers=[1]), ckpt_path=str(tmp_path / "mend.pt"))
+        mend(tiny_model_dir, layers=[1], ckpt_path=str(tmp_path / "mend.pt"))
 
 
 def test_layer_the_model_lacks_is_refused(tiny_model_dir):
@@ -359,7 +358,7 @@ def test_layer_the_model_lacks_is_refused(tiny_model_dir):
     with pytest.raises(ValueError, match="has no such weight"):
         mend(tiny_model_dir, inner_params=["lm_head.bias"])
     with pytest.raises(IndexError, match="Layer 5 out of range for a 2-layer"):
-        mend(tiny_model_dir, sites=EditSites(mend_layers=[5]))
+        mend(tiny_model_dir, layers=[5])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -378,10 +377,10 @@ def test_validate_with_checkpoint(protocol, tiny_model_dir, tmp_path, monkeypatc
             "--config", str(ROOT / "configs/methods/mend.yaml"),
             "--config", str(ROOT / "configs/benchmarks/counterfact.yaml"),
             f"--model.lm.path={tiny_model_dir}",
-            "--model.sites.mend_layers=[0, 1]",
+            "--model.layers=[0, 1]",
             f"--model.ckpt_path={tmp_path / 'mend.pt'}",
             f"--model.protocol={protocol}",
-            f"--model.edit_batch_size={2 if protocol == 'sequential' else 1}",
+            f"--model.edit_batch_size={1 if protocol == 'single' else 2}",
             "--data.limit=4",
             "--data.batch_size=2",
             "--trainer.logger=false",
@@ -434,7 +433,7 @@ def test_preset_composes_with_mend(preset, tmp_path, monkeypatch, capsys):
     family, num_layers = PRESETS[preset]
     _shape_reduced(family, num_layers, tmp_path)
     preset_path = ROOT / f"configs/models/{preset}.yaml"
-    layers = yaml.safe_load(preset_path.read_text())["model"]["init_args"]["sites"]["mend_layers"]
+    layers = yaml.safe_load(preset_path.read_text())["model"]["editors"]["MEND"]["layers"]
     assert layers == list(range(num_layers - 3, num_layers))
     with pytest.raises(SystemExit):
         build_cli(
@@ -442,7 +441,7 @@ def test_preset_composes_with_mend(preset, tmp_path, monkeypatch, capsys):
              f"--model.lm.path={tmp_path}", "--model.rank=4", "--print_config"]
         )  # fmt: skip
     resolved = yaml.safe_load(capsys.readouterr().out)["model"]
-    assert resolved["init_args"]["sites"]["mend_layers"] == layers
-    editor = MEND(ModelSource(str(tmp_path)), sites=EditSites(**resolved["init_args"]["sites"]), rank=4)
+    assert resolved["init_args"]["layers"] == layers
+    editor = MEND(ModelSource(str(tmp_path)), layers=resolved["init_args"]["layers"], rank=4)
     assert {int(name.split(".")[2]) for name in editor.inner_params} == set(layers)
     assert len(editor.inner_params) == 3 * (3 if family == "llama" else 2)

@@ -9,7 +9,6 @@ from lightning import Trainer
 from lightning_edit.cases import EditRequest
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import MEMIT, RECT, ROME, AlphaEdit
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.rect import rect_mask, rect_update
 from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.models.loading import ModelSource
@@ -55,10 +54,10 @@ def recorded(editor, method: str) -> list:
 
 
 def test_rect_on_rome_writes_rome_update_with_only_its_top_entries():
-    rome = ROME(TINY, sites=EditSites(rome_layer=1), **FAST)
+    rome = ROME(TINY, layer=1, **FAST)
     rome_calls = recorded(rome, "written_update")
     rome.edit([REQUEST])
-    rect = ROME(TINY, sites=EditSites(rome_layer=1), update_filter=RECT(keep_fraction=0.2), **FAST)
+    rect = ROME(TINY, layer=1, update_filter=RECT(keep_fraction=0.2), **FAST)
     rect_calls = recorded(rect, "written_update")
     weight = rect.model.get_parameter(rect.weight_name)
     before = weight.detach().clone()
@@ -77,7 +76,7 @@ def test_rect_on_rome_writes_rome_update_with_only_its_top_entries():
 @pytest.mark.parametrize("base", [MEMIT, AlphaEdit])
 def test_rect_on_memit_sparsifies_every_layer_update(base):
     common = dict(
-        sites=EditSites(memit_layers=[0, 1]),
+        layers=[0, 1],
         mom2_update_weight=100.0,
         stats=KeyStatistics(corpus="builtin:data/toy/corpus.txt", n_samples=50),
         target=TargetOptimization(v_num_grad_steps=4),
@@ -94,15 +93,15 @@ def test_rect_on_memit_sparsifies_every_layer_update(base):
 
 def test_a_filtered_update_is_not_low_rank():
     """With a filter the batched ``single`` path (low-rank row updates) is not taken: cases go one at a time."""
-    assert ROME(TINY, sites=EditSites(rome_layer=1), update_filter=RECT(), **FAST).low_rank_edits([[REQUEST]]) is None
+    assert ROME(TINY, layer=1, update_filter=RECT(), **FAST).low_rank_edits([[REQUEST]]) is None
 
 
 @pytest.mark.parametrize(
     ("protocol", "options"),
-    [("single", {}), ("batch", {}), ("sequential", {"edit_batch_size": 2, "eval_at": [2]})],
+    [("single", {}), ("batch", {"edit_batch_size": 2}), ("sequential", {"edit_batch_size": 2, "eval_at": [2]})],
 )
 def test_every_protocol_restores_the_model_bit_identically(protocol, options):
-    editor = ROME(TINY, sites=EditSites(rome_layer=1), update_filter=RECT(), protocol=protocol, **FAST, **options)
+    editor = ROME(TINY, layer=1, update_filter=RECT(), protocol=protocol, **FAST, **options)
     before = {name: value.clone() for name, value in editor.model.state_dict().items()}
     data = CounterFact("builtin:data/counterfact-flat.json", limit=4, batch_size=2)
     trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False)

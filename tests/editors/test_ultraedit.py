@@ -6,7 +6,6 @@ import torch
 from lightning_edit.cases import EditRequest
 from lightning_edit.editors import UltraEdit
 from lightning_edit.editors.gradients import encode_edits, target_token_nll
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.ultraedit import ridge_update, value_shifts
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.registry import to_linear
@@ -19,7 +18,7 @@ REQUESTS = [
 
 
 def ultraedit(model_dir, **kwargs) -> UltraEdit:
-    kwargs = {"sites": EditSites(ultraedit_layers=[0, 1], ultraedit_modules=["mlp_in", "mlp_out"]), **kwargs}
+    kwargs = {"layers": [0, 1], "modules": ["mlp_in", "mlp_out"], **kwargs}
     return UltraEdit(ModelSource(str(model_dir)), **kwargs)
 
 

@@ -88,7 +88,7 @@ def data() -> CounterFact:
     ("protocol", "options", "calls", "undos"),
     [
         ("single", {}, [1, 1, 1, 1, 1], 5),
-        ("batch", {}, [2, 2, 1], 3),  # data batches of 2
+        ("batch", {"edit_batch_size": 2}, [2, 2, 1], 3),  # calls of 2
         ("sequential", {"edit_batch_size": 2, "eval_at": [2]}, [2, 2, 1], 1),
     ],
 )

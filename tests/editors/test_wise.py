@@ -9,7 +9,6 @@ from lightning import Trainer
 from lightning_edit.cases import EditRequest
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import WISE
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.wise import activation_scores, margin_loss, route, ties_merge
 from lightning_edit.errors import ConfigError
 from lightning_edit.models.hooks import Trace
@@ -71,7 +70,7 @@ def test_route_keeps_the_main_output_below_every_threshold_and_takes_the_highest
 
 def wise(directory, **options) -> WISE:
     options = {"n_iter": 10, "template_lengths": [[8, 2]], "act_margin": [0.5, 2.0, 1.0], **options}
-    return WISE(ModelSource(str(directory)), sites=EditSites(wise_layer=1), **options)
+    return WISE(ModelSource(str(directory)), layer=1, **options)
 
 
 def state(editor: WISE) -> dict[str, torch.Tensor]:
@@ -148,7 +147,8 @@ def test_sequential_edits_undo_bit_identically(tiny_model_dir):
 
 
 @pytest.mark.parametrize(
-    ("protocol", "options"), [("single", {}), ("batch", {}), ("sequential", {"edit_batch_size": 2, "eval_at": [2]})]
+    ("protocol", "options"),
+    [("single", {}), ("batch", {"edit_batch_size": 2}), ("sequential", {"edit_batch_size": 2, "eval_at": [2]})],
 )
 def test_every_protocol_restores_the_model_bit_identically(tiny_model_dir, protocol, options):
     editor = wise(tiny_model_dir, n_iter=2, protocol=protocol, **options)
@@ -163,7 +163,7 @@ def test_every_protocol_restores_the_model_bit_identically(tiny_model_dir, proto
 
 
 def test_settings_are_checked(tiny_model_dir, tmp_path):
-    with pytest.raises(ValueError, match="sites.wise_layer"):
+    with pytest.raises(ValueError, match="model.layer"):
         WISE(ModelSource(str(tiny_model_dir)))
     with pytest.raises(ValueError, match="multiple of save_freq"):
         wise(tiny_model_dir, save_freq=3, merge_freq=4)

@@ -69,7 +69,7 @@ def validate(tmp_path: Path, *args: str) -> dict:
 
 def test_the_length_judge_rates_by_prompt_length(length_judge, tmp_path):
     """The fixture's rating, computed by hand from the rendered template, is what the local judge gives."""
-    judge = LocalLMJudge(str(length_judge), batch_size=1, template="scedit_executability", max_tokens=1)
+    judge = LocalLMJudge(str(length_judge), prompts_per_forward=1, template="scedit_executability", max_tokens=1)
     item = JudgeInput.of("How to visit the tower?", "Rome", "Step 1: Fly to Rome.", {})
     _, tokenizer = load_model_and_tokenizer(ModelSource(str(length_judge)))
     [system, user] = render(judge.template_text, item)
@@ -86,7 +86,9 @@ def test_a_judge_prompt_longer_than_the_local_model_is_an_error():
 
 def test_toy_run_of_both_levels_judged_by_a_local_model(length_judge, tmp_path):
     """FT (2 steps) on the toy GPT-2, 3 toy ScEdit-CF cases of 2 Script Questions each: both levels and the heatmap."""
-    judge = {"local_lm": {"path": str(length_judge), "batch_size": 1, "max_tokens": 1, "cache_dir": str(tmp_path)}}
+    judge = {
+        "local_lm": {"path": str(length_judge), "prompts_per_forward": 1, "max_tokens": 1, "cache_dir": str(tmp_path)}
+    }
     results = validate(
         tmp_path,
         f"--config={ROOT / 'configs/methods/ft.yaml'}",

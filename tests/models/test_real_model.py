@@ -17,16 +17,16 @@ import yaml
 
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import ROME
-from lightning_edit.editors.locate import EditSites
 from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
+from lightning_edit.presets import editor_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests/fixtures/data/counterfact-train-real-4.json"
 RECORDS = Path(os.environ.get("LIGHTNING_EDIT_REAL_RECORDS", FIXTURE))
 LIMIT = int(os.environ.get("LIGHTNING_EDIT_REAL_LIMIT", 4))
 SMOLLM2 = "gguf:smollm2-135m-instruct"
-PRESET = yaml.safe_load((ROOT / "configs/models/smollm2-135m.yaml").read_text())["model"]["init_args"]
+PRESET = editor_arguments(yaml.safe_load((ROOT / "configs/models/smollm2-135m.yaml").read_text()), ROME)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_no_edit_scores_equal_plain_transformers_one_prompt_at_a_time(smollm2, t
 def test_one_rome_edit_with_the_preset_moves_the_fact_and_undoes_bit_exactly(smollm2):
     editor = ROME(
         lm=ModelSource(SMOLLM2),
-        sites=EditSites(**PRESET["sites"]),
+        layer=PRESET["layer"],
         target=TargetOptimization(**{**PRESET.get("target", {}), "v_num_grad_steps": 10}),
         mom2_adjustment=False,  # C = I: no statistics pass in a test
         template_lengths=[(5, 2)],

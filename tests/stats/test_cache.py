@@ -25,7 +25,7 @@ from lightning_edit.stats.store import canonical_sha256
 
 LAYERS = [0, 2]
 N_DOCS = 20
-OPTIONS = dict(n_samples=N_DOCS, max_length=24, batch_size=2, progress=False)
+OPTIONS = dict(n_samples=N_DOCS, max_length=24, documents_per_forward=2, progress=False)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,9 @@ def corpus(tmp_path):
 
 def test_shards_of_three_processes_merge_into_the_statistics_of_one_pass(lm, corpus, tmp_path, count_forwards):
     model, tokenizer = lm
-    stats = KeyStatistics(str(corpus), n_samples=N_DOCS, max_length=24, batch_size=2, cache_dir=str(tmp_path / "c"))
+    stats = KeyStatistics(
+        str(corpus), n_samples=N_DOCS, max_length=24, documents_per_forward=2, cache_dir=str(tmp_path / "c")
+    )
     for index in range(3):  # documents [0, 7), [7, 14), [14, 20)
         stats.compute_shard(model, tokenizer, LAYERS, index, 3, progress=False)
     names = sorted(path.name.split(".")[1] for path in (tmp_path / "c").rglob("*.safetensors"))
@@ -36,7 +38,7 @@ def test_shards_of_three_processes_merge_into_the_statistics_of_one_pass(lm, cor
         LAYERS,
         n_samples=N_DOCS,
         max_length=24,
-        batch_size=2,
+        documents_per_forward=2,
         cache_dir=tmp_path / "one",
         progress=False,
     )
@@ -47,7 +49,7 @@ def test_shards_of_three_processes_merge_into_the_statistics_of_one_pass(lm, cor
 
 def test_a_process_without_documents_computes_nothing(lm, corpus, tmp_path, count_forwards):
     model, tokenizer = lm
-    stats = KeyStatistics(str(corpus), n_samples=2, max_length=24, batch_size=2, cache_dir=str(tmp_path))
+    stats = KeyStatistics(str(corpus), n_samples=2, max_length=24, documents_per_forward=2, cache_dir=str(tmp_path))
     with count_forwards(model) as calls:
         stats.compute_shard(model, tokenizer, LAYERS, 3, 4, progress=False)  # shares of 1 document: [2, 2) is empty
     assert not calls

@@ -8,9 +8,9 @@ from lightning_edit.stats.sample_corpus import main, sample_documents
 
 def test_same_seed_same_documents_and_a_readable_corpus_file(lm, tmp_path):
     model, tokenizer = lm
-    first = sample_documents(model, tokenizer, documents=5, max_new_tokens=8, batch_size=2, seed=1)
-    assert first == sample_documents(model, tokenizer, documents=5, max_new_tokens=8, batch_size=2, seed=1)
-    assert len(first) == 5 and first != sample_documents(model, tokenizer, 5, 8, batch_size=2, seed=2)
+    first = sample_documents(model, tokenizer, documents=5, max_new_tokens=8, documents_per_forward=2, seed=1)
+    assert first == sample_documents(model, tokenizer, documents=5, max_new_tokens=8, documents_per_forward=2, seed=1)
+    assert len(first) == 5 and first != sample_documents(model, tokenizer, 5, 8, documents_per_forward=2, seed=2)
     assert len(set(first)) > 1  # the rows of a batch are different draws
 
 

@@ -72,9 +72,8 @@ def test_sums_equal_a_manual_forward_for_several_layers_at_once(lm):
     model, tokenizer = lm
     texts = documents()
     expected, tokens = manual_sums(model, tokenizer, texts, LAYERS)
-    stats = collect_second_moments(
-        model, tokenizer, texts, LAYERS, n_samples=len(texts), max_length=MAX_LENGTH, batch_size=5, progress=False
-    )
+    options = dict(n_samples=len(texts), max_length=MAX_LENGTH, documents_per_forward=5, progress=False)
+    stats = collect_second_moments(model, tokenizer, texts, LAYERS, **options)
     assert set(stats) == set(LAYERS)
     for layer in LAYERS:
         moment = stats[layer]
@@ -90,8 +89,8 @@ def test_padding_is_excluded_batched_equals_one_document_at_a_time(lm):
     lengths = {len(tokenizer(t, truncation=True, max_length=MAX_LENGTH)["input_ids"]) for t in texts}
     assert len(lengths) > 3 and max(lengths) == MAX_LENGTH  # batches really are padded, some docs truncated
     kwargs = dict(n_samples=len(texts), max_length=MAX_LENGTH, progress=False)
-    single = collect_second_moments(model, tokenizer, texts, LAYERS, batch_size=1, **kwargs)
-    batched = collect_second_moments(model, tokenizer, texts, LAYERS, batch_size=6, **kwargs)
+    single = collect_second_moments(model, tokenizer, texts, LAYERS, documents_per_forward=1, **kwargs)
+    batched = collect_second_moments(model, tokenizer, texts, LAYERS, documents_per_forward=6, **kwargs)
     for layer in LAYERS:
         assert batched[layer].n_tokens == single[layer].n_tokens
         assert rel_err(batched[layer].sum, single[layer].sum) < 1e-9
@@ -107,7 +106,9 @@ def test_forward_stops_after_the_deepest_requested_layer(lm):
         model.get_submodule(name).register_forward_pre_hook(lambda *_, name=name: ran.append(name)) for name in names
     ]
     try:
-        collect_second_moments(model, tokenizer, documents(4), [0, 1], n_samples=4, batch_size=2, progress=False)
+        collect_second_moments(
+            model, tokenizer, documents(4), [0, 1], n_samples=4, documents_per_forward=2, progress=False
+        )
     finally:
         for handle in handles:
             handle.remove()
@@ -120,7 +121,7 @@ def test_forward_stops_after_the_deepest_requested_layer(lm):
 def test_low_precision_model_accumulates_in_float64(lm):
     model, tokenizer = lm
     texts = documents(6)
-    kwargs = dict(n_samples=6, max_length=MAX_LENGTH, batch_size=3, progress=False)
+    kwargs = dict(n_samples=6, max_length=MAX_LENGTH, documents_per_forward=3, progress=False)
     reference = collect_second_moments(model, tokenizer, texts, [1], **kwargs)[1]
     low = collect_second_moments(copy.deepcopy(model).to(torch.bfloat16), tokenizer, texts, [1], **kwargs)[1]
     assert low.sum.dtype == torch.float64 and torch.isfinite(low.sum).all()
