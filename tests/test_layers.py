@@ -99,7 +99,11 @@ def test_cases_are_the_bottom_layer():
     """Every layer may import the cases (schema and batching); they import nothing of the package but its errors,
     which import nothing of it."""
     imports = package_imports()
-    assert imports["lightning_edit.cases"] == {"lightning_edit.errors", "lightning_edit.errors.DataFormatError"}
+    assert imports["lightning_edit.cases"] == {
+        "lightning_edit.errors",
+        "lightning_edit.errors.ConfigError",
+        "lightning_edit.errors.DataFormatError",
+    }
     assert imports["lightning_edit.errors"] == set()
 
 

