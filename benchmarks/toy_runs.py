@@ -50,7 +50,8 @@ def validate(
 ) -> tuple[dict, float]:
     """Run one row, ``METHODS[method]`` on ``configs/models/<model>.yaml`` (a preset, or the bare model for editors
     that take none) and ``configs/benchmarks/<benchmark>.yaml`` under ``protocol`` (``edit_batch_size`` cases per
-    editor call; None: the method config's), then ``flags``; print its command on stderr.
+    editor call; None: the method config's), then ``flags``; print its command on stderr. The toy flags apply to the
+    toy models only (``toy-*``).
 
     Returns the run's metrics (results.json's) and its wall-clock seconds. A rejected option raises ``ArgumentError``
     (one line under ``tools.run``), as ``lightning-edit`` prints it."""
@@ -58,6 +59,8 @@ def validate(
 
     config, composes, toy_flags = METHODS[method]
     toy_flags = toy_flags + MODEL_FLAGS.get(model, {}).get(method, [])  # the later flag wins
+    if not model.startswith("toy-"):
+        toy_flags = []  # a real model: its preset's values
     if method != "unedited":
         per_call = [] if edit_batch_size is None else [f"--model.edit_batch_size={edit_batch_size}"]
         toy_flags = [f"--model.protocol={protocol}", *per_call, *toy_flags]
