@@ -79,14 +79,17 @@ def rows_of(results: dict) -> list[dict]:
     from lightning_edit.editors.stream_health import stream_summary
 
     rows = []
-    for record in results.get("stream", []):
-        n = record["edits"]
-        scores = {m: results["metrics"].get(f"{m}@{n}", {}).get("macro") for m in METRICS}
+    # one stream record per eval_at checkpoint n, in order; its scores are ``<metric>@n``, taken after the editor call
+    # that brought the applied edits (``edits``) to n or past it
+    checkpoints = sorted({int(name.rpartition("@")[2]) for name in results["metrics"] if "@" in name})
+    for n, record in zip(checkpoints, results.get("stream", []), strict=True):
+        applied = record["edits"]
+        scores = {m: results["metrics"][f"{m}@{n}"]["macro"] for m in METRICS}
         rows.append(
             {
-                "edits": n,
+                "edits": n if applied == n else f"{n} ({applied} applied)",
                 **scores,
-                "edits_per_s": n / record["edit_seconds"],
+                "edits_per_s": applied / record["edit_seconds"],
                 "peak_gib": max(record.get("gpu_peak_bytes", {}).values(), default=record["host_peak_bytes"]) / 2**30,
                 **stream_summary(record),
                 "perplexity_unedited": record.get("heldout", {}).get("perplexity_unedited"),
@@ -105,10 +108,10 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
     panels = len(METRICS) + 3  # the scores, then perplexity, ‖ΔW‖ and edits/s
     figure, axes = plt.subplots(1, panels, figsize=(3.6 * panels, 3.2))
     for method, rows in table.items():
-        rows = [row for row in rows if isinstance(row["edits"], int)]  # the checkpoints
+        rows = [row for row in rows if "edits_per_s" in row]  # the checkpoints
         if not rows:
             continue
-        edits = [row["edits"] for row in rows]
+        edits = [int(str(row["edits"]).split()[0]) for row in rows]
         for axis, metric in zip(axes, METRICS):
             axis.plot(edits, [row[metric] for row in rows], marker="o", label=method)
             axis.set(title=metric, xlabel="edits", ylim=(0, 1.02))
