@@ -87,7 +87,8 @@ def rows_of(results: dict) -> list[dict]:
         scores = {m: results["metrics"][f"{m}@{n}"]["macro"] for m in METRICS}
         rows.append(
             {
-                "edits": n if applied == n else f"{n} ({applied} applied)",
+                "edits": n,
+                "applied": applied,
                 **scores,
                 "edits_per_s": applied / record["edit_seconds"],
                 "peak_gib": max(record.get("gpu_peak_bytes", {}).values(), default=record["host_peak_bytes"]) / 2**30,
@@ -111,7 +112,7 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
         rows = [row for row in rows if "edits_per_s" in row]  # the checkpoints
         if not rows:
             continue
-        edits = [int(str(row["edits"]).split()[0]) for row in rows]
+        edits = [row["edits"] for row in rows]
         for axis, metric in zip(axes, METRICS):
             axis.plot(edits, [row[metric] for row in rows], marker="o", label=method)
             axis.set(title=metric, xlabel="edits", ylim=(0, 1.02))
@@ -193,7 +194,12 @@ def main() -> None:
                 health = f"{row['heldout_perplexity']:.1f} ({row['perplexity_unedited']:.1f}) | "
             health += f"{row['weight_change']:.2f}" if row.get("weight_change") is not None else ""
             speed = f"{row['edits_per_s']:.1f} | {row['peak_gib']:.2f}" if "edits_per_s" in row else " |"
-            print(f"| {method} | {row['edits']} | {scores} | {health} | {speed} |")
+            edits = (
+                row["edits"]
+                if row.get("applied", row["edits"]) == row["edits"]
+                else f"{row['edits']} ({row['applied']} applied)"
+            )
+            print(f"| {method} | {edits} | {scores} | {health} | {speed} |")
     if args.plot:
         plot({method: rows[:-1] for method, rows in table.items()}, args.plot)
         print(f"\ncurves written to {args.plot}")

@@ -107,7 +107,7 @@ def _check(model: dict[str, Any], path: str) -> None:
     editors = model["editors"]
     if not isinstance(editors, dict):
         raise ConfigError(f"{path}: model.editors must map editor classes to their arguments, not {editors!r}")
-    classes = _editor_classes()
+    classes = _subclasses(EditorModule)  # base classes too, such as LocateThenEdit
     for name, section in editors.items():
         key = f"{path}: model.editors.{name}"
         if name not in classes:
@@ -119,14 +119,15 @@ def _check(model: dict[str, Any], path: str) -> None:
             raise ConfigError(f"{key}: {name} takes no argument {', '.join(unknown)}")
 
 
-def _editor_classes() -> dict[str, type]:
-    """Every editor class by name: :class:`EditorModule` and its subclasses (base classes such as LocateThenEdit)."""
+def _subclasses(base: type) -> dict[str, type]:
+    """``base`` and every class imported so far that derives from it, by name."""
     classes = {}
-    pending = [EditorModule]
+    pending = [base]
     while pending:
         cls = pending.pop()
-        classes[cls.__name__] = cls
-        pending.extend(cls.__subclasses__())
+        if cls.__name__ not in classes:
+            classes[cls.__name__] = cls
+            pending.extend(cls.__subclasses__())
     return classes
 
 
@@ -165,14 +166,4 @@ def _resolve(name: str) -> type | None:
             return getattr(importlib.import_module(module), attribute, None)
         except ImportError:
             return None
-    pending = [LightningModule]
-    seen = set()
-    while pending:
-        cls = pending.pop()
-        if cls.__name__ == name:
-            return cls
-        for subclass in cls.__subclasses__():
-            if subclass not in seen:
-                seen.add(subclass)
-                pending.append(subclass)
-    return None
+    return _subclasses(LightningModule).get(name)
