@@ -11,8 +11,8 @@ data batch size of ``--single-batches`` (``--limit`` cases), and every ``--seque
 each ``--per-call`` number of cases per editor call (``--limit`` cases, or that number when larger). The key
 statistics are computed first by a one-case run of each editor that reads them, so the rows find them cached. Printed
 per row: the process's peak resident set and the phase that set it (results.json's ``memory``), the v*/z memory budget
-in force (``target_budget_bytes``; docs/methods.md#memory-budget), and seconds per edit (results.json's ``seconds``:
-editing and scoring, over the cases). Each run's results.json is under ``--root``.
+in force (``target_budget_bytes``; docs/editors/locate-then-edit.md#memory-budget), and seconds per edit
+(results.json's ``seconds``: editing and scoring, over the cases). Each run's results.json is under ``--root``.
 """
 
 import argparse

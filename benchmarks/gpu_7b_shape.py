@@ -11,7 +11,7 @@ cases that ship with the package (their text only matters for its length). For e
 
 - seconds per edit (the call over its requests; the statistics pass before it, not counted);
 - peak GPU memory of the call (``torch.cuda.max_memory_allocated``, the weights included) and the v*/z memory budget in
-  force (docs/methods.md#memory-budget);
+  force (docs/editors/locate-then-edit.md#memory-budget);
 - efficiency: the FLOPs of the call (``torch.utils.flop_counter.FlopCounterMode``, matmuls and attention, forward and
   backward, on the default path, the minimal computation) over its seconds, as a fraction of the best square-matmul
   FLOP/s of the device in that dtype (``--matmul-size``).

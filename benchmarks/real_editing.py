@@ -55,12 +55,14 @@ TAKES_STATS = {"ROME", "r-ROME", "MEMIT", "AlphaEdit", "RECT"}
 METRICS = {
     "counterfact": ("ES", "PS", "NS", "rewrite_acc", "rephrase_acc", "locality_acc"),  # ROME's and EasyEdit's
     "zsre": ("rewrite_acc", "rephrase_acc", "locality_acc"),
+    "qaedit": ("rewrite_acc", "rephrase_acc", "locality_acc"),  # EasyEdit's token-level metrics
     "ruleedit": ("Rel", "Gen", "Loc", "IP", "RU"),  # the paper's five, judged by sympy (its judge is an LLM)
 }
 #: the generated-answer metrics beside them (``--generated-answers``; docs/metrics.md#generated-answers)
 GENERATED = {
     "counterfact": ("ES_gen", "ES_gen_contains", "PS_gen", "PS_gen_contains", "NS_gen"),
     "zsre": ("rewrite_gen", "rewrite_gen_contains", "rephrase_gen", "rephrase_gen_contains", "locality_gen"),
+    "qaedit": ("rewrite_gen", "rewrite_gen_contains", "rephrase_gen", "rephrase_gen_contains", "locality_gen"),
 }
 
 

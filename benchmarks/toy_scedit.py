@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--mend", type=Path, default=None, help="a trained toy MEND network (default: train one)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs write (default: a temporary dir)")
     parser.add_argument(
-        "--threads", type=tools.positive_int, default=1, help="torch CPU threads (the README's figures: 1)"
+        "--threads", type=tools.positive_int, default=1, help="torch CPU threads (docs/results/toy-benchmarks.md: 1)"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

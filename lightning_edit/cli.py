@@ -1,4 +1,4 @@
-"""The ``lightning-edit`` command: LightningCLI over every editor and every benchmark.
+"""The ``lightning-edit`` command: LightningCLI over every editor and every benchmark::
 
     lightning-edit validate --model NoEdit --model.lm.path builtin:models/tiny-gpt2 \\
         --data CounterFact --data.path builtin:data/counterfact-flat.json --data.limit 50

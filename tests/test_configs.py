@@ -1,6 +1,6 @@
 """Every shipped YAML under ``configs/`` parses and resolves, and every model preset fits every locate-then-edit method.
 
-The composition rule (README, "Editors and configs"): ``--config <method> --config <model preset> --config
+The composition rule (docs/configs.md): ``--config <method> --config <model preset> --config
 <benchmark>``, merged left to right. A model preset describes the model for every editor (``lm``, and under
 ``model.editors`` a section per editor class); each editor takes the sections of its classes
 (:mod:`lightning_edit.presets`), so ``NoEdit`` composes with a preset too. The unedited baseline of a run is also the
@@ -305,7 +305,8 @@ def test_site_outside_the_model_raises(method, tiny_model_dir, capsys):
     assert isinstance(error.value.__cause__, IndexError)
 
 
-#: The fine-tuning editors and RECT (configs/methods/<name>.yaml): each takes the preset's sections of its classes.
+#: The fine-tuning editors, RECT and any other method with a site (configs/methods/<name>.yaml -> its class): each
+#: takes the preset's sections of its classes.
 OTHER_METHODS = {"ft": FT, "ft_l": FT, "ft_m": FT, "lora": LoRA, "rect": ROME}
 
 
@@ -332,7 +333,7 @@ def test_other_method_on_preset_architecture(method, preset, tiny_model_dir, cap
         assert {int(name.split(".")[-4]) for name in editor.parameter_names} == set(init_args["layers"])
     elif isinstance(editor, LoRA):
         assert all(editor.model.get_submodule(name) is not None for name in editor.module_names)
-    else:
+    elif isinstance(editor, ROME):
         assert editor.weight_name in parameters and editor.layer == preset_args["layer"]
         assert isinstance(editor.update_filter, RECT)
 

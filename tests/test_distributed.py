@@ -11,7 +11,6 @@ from lightning_edit.cases import edit_batch_loader, loader_cases
 from lightning_edit.cli import build_cli
 from lightning_edit.data import CounterFact
 
-pytestmark = pytest.mark.slow  # processes of their own: deselect with -m 'not slow'
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -53,6 +52,8 @@ def validate(directory: Path, stats: Path, devices: int, *flags: str) -> tuple[d
     ],
     ids=["single", "sequential"],
 )
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_two_processes_equal_one(tmp_path, flags):
     one, one_cases = validate(tmp_path / "one", tmp_path / "stats-one", 1, *flags)
     two, two_cases = validate(tmp_path / "two", tmp_path / "stats-two", 2, *flags)

@@ -5,7 +5,8 @@ log-probabilities of the next token. With a whitespace word-level tokenizer, the
 from the row of the prompt's last word (and, for a two-word target, the row of its first word), so every score
 below can be written down from the tables by hand.
 
-Conventions checked (docs/metrics.md: prob, token_acc, agreement, aggregation; docs/benchmarks.md#counterfact):
+Conventions checked (docs/metrics.md: prob, token_acc, agreement, aggregation;
+docs/benchmarks/counterfact.md#counterfact):
 - ES/PS/NS: 1 iff mean per-token NLL(expected) < NLL(alternative), strictly (a tie is a failure);
 - token accuracy: share of target tokens that are the argmax under teacher forcing;
 - locality: share of argmax tokens along the expected answer equal to the unedited model's;

@@ -1,5 +1,5 @@
 """The 7B-shape GPU script's dry run: a small LLaMA shape on CPU, every editor, both dtypes (benchmarks/gpu_7b_shape.py;
-the figures themselves come from a GPU, docs/methods.md#memory-budget)."""
+the figures themselves come from a GPU, docs/editors/locate-then-edit.md#memory-budget)."""
 
 import os
 import subprocess

@@ -1,6 +1,6 @@
 """Every method config runs on every benchmark config, as documented, with the default logger.
 
-The composition of README "Editors and configs": ``--config configs/methods/<method>.yaml --config
+The composition of docs/configs.md: ``--config configs/methods/<method>.yaml --config
 configs/models/tiny-gpt2.yaml --config configs/benchmarks/<benchmark>.yaml``, run by the console script's own
 function (:func:`lightning_edit.cli.main`) with Lightning's default logger, which records the editor's and the
 DataModule's hyper-parameters together and refuses a name the two give different values. Each cell edits and scores

@@ -122,7 +122,8 @@ def test_a_failed_run_leaves_no_settings_and_the_same_command_runs_again(tmp_pat
 
 def test_a_fit_resuming_from_a_checkpoint_in_its_folder_continues_there(tmp_path):
     """Without a logger a fit writes into default_root_dir; stopped, it leaves interrupted.ckpt there, and the same
-    command with --ckpt_path <folder>/interrupted.ckpt continues that run in that folder (README, SIGTERM)."""
+    command with --ckpt_path <folder>/interrupted.ckpt continues that run in that folder
+    (docs/quickstart.md#errors-and-interruptions)."""
     run = tmp_path / "run"
     small = ["--data.n_people=16", "--data.n_countries=4", "--data.n_cities=8", "--data.n_companies=6"]
     small += ["--data.n_objects=8", "--data.n_languages=3", "--data.vocab_size=400", "--data.val_size=16"]

@@ -73,6 +73,7 @@ def sharded_run(arguments: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.multiprocess
 @pytest.mark.parametrize(
     ("method", "flags"),
     [
@@ -184,7 +185,12 @@ def test_every_editor_runs_spread_by_a_device_map_or_refuses_in_one_line(method,
     [
         ("grace", ["--trainer.devices=1", SHARDED], "GRACE does not edit a sharded model"),
         ("grace", [DEVICE_MAP], "GRACE does not edit a model spread by lm.device_map"),
-        ("rome", ["--trainer.devices=2", DEVICE_MAP], "lm.device_map spreads one model over the devices of one"),
+        pytest.param(
+            "rome",
+            ["--trainer.devices=2", DEVICE_MAP],
+            "lm.device_map spreads one model over the devices of one",
+            marks=pytest.mark.multiprocess,  # the 2 processes start, then refuse
+        ),
     ],
     ids=["sharded", "device-map", "device-map-2-processes"],
 )

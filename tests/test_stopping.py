@@ -48,6 +48,7 @@ def _posts_and_reads(rank: int, port: int, results: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.multiprocess
 def test_a_signal_to_one_process_reaches_the_others_without_a_collective(tmp_path):
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
@@ -99,6 +100,7 @@ def statistics(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("protocol", ["single", "sequential"])
 @pytest.mark.parametrize("strategy", ["ddp", "sharded"])

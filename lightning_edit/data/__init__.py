@@ -1,4 +1,4 @@
-"""Benchmarks: one small :class:`EditDataModule` per dataset, yielding :class:`EditCase` batches.
+"""Benchmarks: one small :class:`EditDataModule` per dataset, yielding :class:`~lightning_edit.cases.EditCase` batches.
 
 A benchmark that is only a loader is a module (``counterfact.py``); one that brings more (its file quirks, score
 kinds, judge templates, figures, generator) is a folder that holds all of it (``ruleedit/``, ``scedit/``,

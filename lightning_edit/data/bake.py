@@ -1,8 +1,8 @@
 """BAKE (Ma et al., "Untying the Reversal Curse via Bidirectional Language Model Editing", the reversal curse).
 
-A record is a ROME-format CounterFact record plus a ``reverse_qa`` block (BAKE-Q&J only: ``"London is the capital
-of"`` → ``France``, competing with the original ``England``) and a ``reverse_judge`` block (``"Whether London is the
-capital of France?"`` → ``Yes`` vs ``No``); docs/benchmarks.md#bake. Metrics (paper §4; fractions, not percentages):
+A record is a ROME-format CounterFact record plus a ``reverse_qa`` block (BAKE-Q&J only: ``"London is the capital of"``
+→ ``France``, competing with the original ``England``) and a ``reverse_judge`` block (``"Whether London is the capital
+of France?"`` → ``Yes`` vs ``No``); docs/benchmarks/bake.md#bake. Metrics (paper §4; fractions, not percentages):
 
 - ES (rewrite prompt), GS (paraphrases), LS (neighbourhood prompts keep the true answer);
 - RQS (reverse QA) and RJS (reverse judgment), each counted only where the unedited model preferred the original
@@ -17,7 +17,7 @@ capital of France?"`` → ``Yes`` vs ``No``); docs/benchmarks.md#bake. Metrics (
 Two scoring conventions (``convention``): ``probability``, the paper's code (1 iff the mean per-token NLL of the new
 answer is below that of the true one; LS: the true answer stays preferred), and ``token_accuracy``, the 2025
 EasyEdit-based code (teacher-forced token accuracy; LS: argmax agreement with the unedited model; without its
-judgment bug that scores 0 for every non-GRACE method; docs/benchmarks.md#bake). The filter compares probabilities
+judgment bug that scores 0 for every non-GRACE method; docs/benchmarks/bake.md#bake). The filter compares probabilities
 under both. With ``generated_answers``, a greedy answer to each prompt is also generated and graded beside them
 (``ES_gen``, ``GS_gen``, ``RQS_gen``, ``RJS_gen`` and their ``_contains``, ``LS_gen``;
 :mod:`lightning_edit.data.answers`); the filter leaves the same reverse prompts out of them.
@@ -54,7 +54,7 @@ BAKE_JUDGE = DataSource(
     _HUB,
 )
 
-# Judgment prompts of the paper's code per model family; {} is the statement (docs/benchmarks.md#bake). "record"
+# Judgment prompts of the paper's code per model family; {} is the statement (docs/benchmarks/bake.md#bake). "record"
 # uses the record's reverse_judge.prompt as it is (the code's setting for GPT-2 XL). "llama-2" joins its
 # instruction and the statement with no space, as the paper's code does.
 JUDGE_TEMPLATES = {

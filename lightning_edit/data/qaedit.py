@@ -1,7 +1,7 @@
 """QAEdit (Yang et al., 2025, "The Mirage of Model Editing: Revisiting Evaluation in the Wild"): real-world questions.
 
 A record holds a question ``prompt`` about ``subject`` from Natural Questions, TriviaQA or SimpleQA (``source``: NQ,
-TQA, SQA), its answer ``target`` (edited in, as published: one record's answer ends in a `` *`` marker), a paraphrase
+TQA, SQA), its answer ``target`` (edited in, as published: one record's answer ends in a ``" *"`` marker), a paraphrase
 ``rephrase`` and five unrelated question/answer pairs ``locality`` (``loc``, ``loc_ans``).
 
 The paper's point is its evaluation: what the edited model *says*, not what teacher forcing scores. So besides the
@@ -10,7 +10,7 @@ question, rewrite_acc and rephrase_acc, and locality_acc, the argmax agreement o
 along each locality answer), a greedy answer is generated and graded by default (``generated_answers: bare``, the
 paper's "real-world" evaluation, its question-only context; :mod:`lightning_edit.data.answers`): rewrite_gen and
 rephrase_gen (exact match), their ``_contains`` variants and locality_gen (the answer unchanged), and with
-``answer_judge`` the paper's LLM judge (``_gen_judged``). docs/benchmarks.md#qaedit and docs/metrics.md.
+``answer_judge`` the paper's LLM judge (``_gen_judged``). docs/benchmarks/qaedit.md#qaedit and docs/metrics.md.
 
 The paper's data has five locality pairs per record; its released ``edit.py`` evaluates the first one only:
 ``locality="all"`` (default) scores the five, ``locality="first"`` the first as that code does.

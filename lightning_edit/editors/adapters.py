@@ -4,7 +4,7 @@ An adapter is an ``nn.Module`` registered as a submodule of the module it wraps 
 ``state_dict``, e.g. ``transformer.h.2.mlp.c_proj.grace.keys``) whose :meth:`Adapter.hook` is a forward hook of that
 module, rewriting its output. :meth:`AdapterSite.undo` makes the editor's :class:`~lightning_edit.editors.base.Undo`:
 it removes an adapter added later, or puts back a copy of the adapter present when it was made, so the model is
-bit-identical to its state then (docs/methods.md#edit-and-undo).
+bit-identical to its state then (docs/protocols.md#edit-and-undo).
 """
 
 from __future__ import annotations

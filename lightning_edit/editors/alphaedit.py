@@ -1,8 +1,8 @@
 """AlphaEdit (Fang et al., 2025, "AlphaEdit: Null-Space Constrained Knowledge Editing for Language Models").
 
-MEMIT's targets, keys and residual spreading, with a different solve per layer (docs/methods.md#alphaedit): with
-P = Û Ûᵀ the projector onto the null space of the preserved keys' covariance C (eigenvalues < τ) and
-C_p = Σ K'K'ᵀ over the batches edited before in the same sequence,
+MEMIT's targets, keys and residual spreading, with a different solve per layer (docs/editors/alphaedit.md#alphaedit):
+with P = Û Ûᵀ the projector onto the null space of the preserved keys' covariance C (eigenvalues < τ) and C_p = Σ K'K'ᵀ
+over the batches edited before in the same sequence,
 
     ΔWᵀ = (P (K Kᵀ + C_p) + α I)⁻¹ P K Rᵀ,   solved in the r×r basis Û,
 

@@ -1,17 +1,17 @@
 """The editor base class: owns the language model and the parts of a run; a method implements the edit/undo contract.
 
-A method subclasses :class:`EditorModule` and says which parameters an edit touches (:meth:`edited_parameters`)
-and how it changes them (:meth:`apply_edits`). Every protocol goes through one edit/undo contract: before requests
-are applied, :meth:`prepare_undo` returns an :class:`Undo` that takes them back (by default a bit-exact snapshot of
-the edited parameters; an editor that adds modules or adapters returns one that removes them), and
-:meth:`EditorModule.edit` applies requests and returns their undo.
+A method subclasses :class:`EditorModule` and says which parameters an edit touches
+(:meth:`EditorModule.edited_parameters`) and how it changes them (:meth:`EditorModule.apply_edits`). Every protocol goes
+through one edit/undo contract: before requests are applied, :meth:`EditorModule.prepare_undo` returns an :class:`Undo`
+that takes them back (by default a bit-exact snapshot of the edited parameters; an editor that adds modules or adapters
+returns one that removes them), and :meth:`EditorModule.edit` applies requests and returns their undo.
 
 The module owns the parts of a run and its Lightning hooks call them: ``runner`` (the protocol:
 :mod:`lightning_edit.editors.protocols`, :mod:`lightning_edit.editors.sequential`), ``metrics``
 (:class:`~lightning_edit.editors.run_metrics.RunMetrics`) and ``placement``
 (:class:`~lightning_edit.editors.placement.ModelPlacement`). One batch goes ``validation_step`` →
 ``runner.score`` → the editor's ``edits_applied`` / ``apply_edits`` → ``CaseScorer.score`` → ``metrics.update``
-(docs/methods.md#how-a-run-flows).
+(docs/run-flow.md#how-a-run-flows).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class EditorModule(LightningModule, ABC):
             health); each can be turned off.
         checkpoint_every: sequential protocol: write a stream checkpoint into the run's folder after the editor call
             that brings the number of applied cases past each multiple of this (0: only after SIGTERM); resume with
-            ``--ckpt_path`` (docs/methods.md#resumable-streams).
+            ``--ckpt_path`` (docs/protocols.md#resumable-streams).
     """
 
     #: False for methods that never change weights (the baseline, in-context editors): cases are then scored together.
@@ -260,8 +260,8 @@ class EditorModule(LightningModule, ABC):
         return self.trainer.is_global_zero and self.trainer.progress_bar_callback is not None
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """``--ckpt_path`` of a sequential stream's checkpoint (:class:`StreamCheckpointIO` hands over its path): the
-        runner reads and verifies it before any edit, and goes on from it."""
+        """``--ckpt_path`` of a sequential stream's checkpoint (:class:`~.stream_checkpoint.StreamCheckpointIO` hands
+        over its path): the runner reads and verifies it before any edit, and goes on from it."""
         path = checkpoint.get(CHECKPOINT_KEY)
         if path is None:
             return

@@ -1,7 +1,7 @@
 """Context templates: the short prefixes, sampled from the model itself, that ROME and MEMIT read a request through.
 
-docs/methods.md#context-templates. ``"{}"`` plus one ``"<text>. {}"`` per sampled text; a template is filled with the
-request prompt, then the subject is put in its ``{}`` (:func:`~lightning_edit.editors.locate.fill`).
+docs/editors/locate-then-edit.md#context-templates. ``"{}"`` plus one ``"<text>. {}"`` per sampled text; a template is
+filled with the request prompt, then the subject is put in its ``{}`` (:func:`~lightning_edit.editors.locate.fill`).
 """
 
 from __future__ import annotations
@@ -106,9 +106,9 @@ class ContextTemplateCache:
     """Context templates generated once per (model, tokenizer, lengths, seed, seed prompts), kept by an editor.
 
     Replaces the reference code's module-level global (not keyed by model, unseeded;
-    docs/methods.md#context-templates). The key holds the model's ``name_or_path`` and ``id``, so two models edited
-    in one process never share templates. The templates of a model are those of its first request (usually the
-    unedited model), as in the reference code.
+    docs/editors/locate-then-edit.md#context-templates). The key holds the model's ``name_or_path`` and ``id``, so two
+    models edited in one process never share templates. The templates of a model are those of its first request (usually
+    the unedited model), as in the reference code.
     """
 
     def __init__(self) -> None:
@@ -189,7 +189,7 @@ def template_groups(templates: Templates) -> list[list[str]]:
 def bare_and_prefixed(templates: Sequence[str]) -> list[list[str]]:
     """MEMIT's two groups ``[["{}"], prefixed templates]`` from :func:`context_templates`' flat output.
 
-    See docs/methods.md#keys.
+    See docs/editors/locate-then-edit.md#keys.
     """
     if not templates or templates[0] != "{}" or len(templates) < 2:
         raise ValueError("expected ['{}', <prefixed templates>...] as returned by context_templates")

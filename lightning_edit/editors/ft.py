@@ -1,6 +1,6 @@
 """FT, FT-L and FT-M: fine-tuning the MLP output projection of some layers on the edit.
 
-docs/methods.md#ft-ft-l-and-ft-m.
+docs/editors/ft.md#ft-ft-l-and-ft-m.
 
 One class, three configurations (``configs/methods/ft.yaml``, ``ft_l.yaml``, ``ft_m.yaml``). For the requests of an
 editor call, Adam minimises the ``objective`` (:mod:`lightning_edit.editors.objectives`) over the weight and bias of

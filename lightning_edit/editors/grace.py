@@ -1,7 +1,7 @@
 """GRACE (Hartvigsen et al., NeurIPS 2023, "Aging with GRACE: Lifelong Model Editing with Discrete Key-Value
 Adaptors"): a codebook adapter on one module of one layer; the model's weights never change.
 
-The adapter holds entries (key k_i, value v_i, radius ε_i, label y_i) (docs/methods.md#grace). At every token
+The adapter holds entries (key k_i, value v_i, radius ε_i, label y_i) (docs/editors/grace.md#grace). At every token
 position t of a forward, the module's input h_t is a query (paper eq. 1-2):
 
     i* = argmin_i ‖h_t − k_i‖₂;   output_t = v_{i*} if ‖h_t − k_{i*}‖₂ ≤ ε_{i*}, else the module's own output

@@ -2,9 +2,9 @@
 
 The v*/z optimisation of the locate-then-edit editors keeps one autograd graph for all the requests it optimises
 together, and its size grows with them: rows × padded positions × the layers from the injection to the loss
-(docs/methods.md#memory-budget). The requests of one editor call are therefore optimised in chunks whose memory fits a
-budget, in bytes: the tensors autograd saves for the backward pass, and as much again for the gradients and
-temporaries of that pass (:data:`BACKWARD_FACTOR`):
+(docs/editors/locate-then-edit.md#memory-budget). The requests of one editor call are therefore optimised in chunks
+whose memory fits a budget, in bytes: the tensors autograd saves for the backward pass, and as much again for the
+gradients and temporaries of that pass (:data:`BACKWARD_FACTOR`):
 
 - set: ``model.target.memory_budget``;
 - automatic (unset): the bytes of the model's own weights, or half of the memory free on the model's device
@@ -122,5 +122,5 @@ def check_budget(budget: int, one_request: int, setting: str) -> None:
         raise ConfigError(
             f"{setting}={budget} bytes cannot hold the optimisation of one request ({one_request} bytes: its graph, "
             "measured, and the backward pass): raise it or leave it unset for the automatic budget "
-            "(docs/methods.md#memory-budget)"
+            "(docs/editors/locate-then-edit.md#memory-budget)"
         )

@@ -1,7 +1,7 @@
-"""IKE (Zheng et al., 2023) and PROMPT: editing by in-context learning alone (docs/methods.md#ike-and-prompt).
+"""IKE (Zheng et al., 2023) and PROMPT: editing by in-context learning alone.
 
-The edit lives in the prompt (:mod:`lightning_edit.editors.in_context`); no weight changes. With 0 demonstrations
-this is PROMPT, the new fact alone before the question.
+See docs/editors/ike-prompt.md#ike-and-prompt. The edit lives in the prompt (:mod:`lightning_edit.editors.in_context`);
+no weight changes. With 0 demonstrations this is PROMPT, the new fact alone before the question.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """In-context editing: IKE (Zheng et al., 2023, "Can We Edit Factual Knowledge by In-Context Learning?") and PROMPT.
 
-No weight changes: the new fact is written before every evaluation prompt of its case (docs/methods.md#ike-and-prompt),
+No weight changes: the new fact is written before every evaluation prompt of its case
+(docs/editors/ike-prompt.md#ike-and-prompt),
 
     <k demonstrations> New Fact: {prompt} {target_new}\\nPrompt: {evaluation prompt}
 

@@ -1,9 +1,9 @@
 """Where the locate-then-edit editors read a fact: the fact token of a prompt and the keys there.
 
-docs/methods.md#locate-then-edit-machinery. A request ``(prompt with "{}", subject, ...)`` is read through *context
-templates* (``"{}"`` plus short model-generated prefixes ``"<text>. {}"``): a template is filled with the request
-prompt, then the subject is put in its ``{}``. Keys and activations are read at the *fact token* of each such
-prompt and averaged over the templates, per template group then across groups::
+docs/editors/locate-then-edit.md#locate-then-edit-machinery. A request ``(prompt with "{}", subject, ...)`` is read
+through *context templates* (``"{}"`` plus short model-generated prefixes ``"<text>. {}"``): a template is filled with
+the request prompt, then the subject is put in its ``{}``. Keys and activations are read at the *fact token* of each
+such prompt and averaged over the templates, per template group then across groups::
 
     k̄ = mean_g [ mean_{t ∈ group g} k(t) ]          (ROME: one group of 21; MEMIT: [["{}"], 5 prefixes])
 
@@ -40,7 +40,7 @@ DEFAULT_FACT_TOKEN: FactToken = "subject_last"
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Fact token (docs/methods.md#the-fact-token)
+# Fact token (docs/editors/locate-then-edit.md#the-fact-token)
 
 
 def fact_token_index(

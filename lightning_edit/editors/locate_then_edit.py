@@ -2,7 +2,7 @@
 
 ROME, MEMIT and AlphaEdit (and RECT, a filter of their update) read keys at the fact token of context-templated
 prompts, optimise target vectors there (:mod:`~lightning_edit.editors.target_vector`) and write a closed-form update
-of MLP output projections (docs/methods.md#locate-then-edit-machinery).
+of MLP output projections (docs/editors/locate-then-edit.md#locate-then-edit-machinery).
 """
 
 from __future__ import annotations

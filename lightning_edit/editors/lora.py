@@ -1,4 +1,4 @@
-"""LoRA (Hu et al., 2022) as an editor, through peft (docs/methods.md#lora).
+"""LoRA (Hu et al., 2022) as an editor, through peft (docs/editors/lora.md#lora).
 
 For the requests of an editor call, a LoRA adapter W + (α/r)·B A (peft's ``LoraConfig``, B = 0 at creation, so a
 new adapter changes nothing) is put on the modules playing ``target_modules`` in ``layers`` and trained

@@ -1,6 +1,6 @@
 """MEMIT (Meng et al., 2023, "Mass-Editing Memory in a Transformer"): a batch of edits spread over several layers.
 
-For a batch of n requests (docs/methods.md#memit):
+For a batch of n requests (docs/editors/memit.md#memit):
 
 1. z_i = h⁰_i + δ_i, the residual stream at the fact token of the last edited layer L that makes the model say
    ``target_new``; Z = [z_1 … z_n] (d, n);
@@ -35,7 +35,7 @@ class MEMIT(LocateThenEdit):
         layers: the edited layers (the model preset sets them: gpt2-xl 13-17, GPT-J 3-8, LLaMA/Qwen 4-8).
         mom2_update_weight: λ, the weight of the preserved keys' covariance C in ``ΔW (λC + K Kᵀ) = R Kᵀ`` (gpt2-xl
             20000, others 15000; the model preset sets it; AlphaEdit, which inherits it, does not use it).
-        *args, **kwargs: lm, fact_token, stats, target (MEMIT: clamp_norm_factor 0.75), template_lengths
+        ``*args``, ``**kwargs``: lm, fact_token, stats, target (MEMIT: clamp_norm_factor 0.75), template_lengths
             (MEMIT: [[10, 5]]), template_seed, update_filter (:class:`LocateThenEdit`) and the EditorModule
             arguments.
     """
@@ -115,7 +115,8 @@ class MEMIT(LocateThenEdit):
         """
         self.prepare_statistics()
         flat = self.context_templates()
-        templates = bare_and_prefixed(flat)  # k̄ = ½·k(bare) + ½·mean(k(prefixed)) (docs/methods.md#keys)
+        # k̄ = ½·k(bare) + ½·mean(k(prefixed)) (docs/editors/locate-then-edit.md#keys)
+        templates = bare_and_prefixed(flat)
         last = self.layers[-1]
         vectors = self.target_vectors(requests, last, self.arch.spec.blocks, flat)
         Z = vectors.targets.double().T  # (d, n)

@@ -1,6 +1,6 @@
 """MEND (Mitchell et al., ICLR 2022, "Fast Model Editing at Scale"): a trained hypernetwork edits with one gradient.
 
-An edit (docs/methods.md#mend; the hypernetwork in :mod:`lightning_edit.editors.mend_network`):
+An edit (docs/editors/mend.md#mend; the hypernetwork in :mod:`lightning_edit.editors.mend_network`):
 
 1. one forward and backward pass of the edit loss, the summed per-request mean NLL of ``target_new`` after the
    request prompt, records for each edited weight W the layer inputs u and output gradients δ (∇_W = Σ_t δ_t u_tᵀ);

@@ -2,7 +2,7 @@
 
 For a weight used as ``y_t = W u_t (+ b)`` at positions t, the gradient of a loss L is the sum of rank-one terms
 ``∇_W L = Σ_t δ_t u_tᵀ`` with ``δ_t = ∂L/∂y_t`` (paper §3.1). MEND edits with a *pseudo-gradient* built from
-transformed factors (paper eq. 3-4; docs/methods.md#mend)::
+transformed factors (paper eq. 3-4; docs/editors/mend.md#mend)::
 
     (ũ_t, δ̃_t) = g(û_t, δ̂_t)          û, δ̂: u and δ normalised per feature by running statistics
     ∇̃_W = Σ_t δ̃_t ũ_tᵀ                 (d_out, d_in), the Linear convention

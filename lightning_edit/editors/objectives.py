@@ -1,12 +1,12 @@
-"""Fine-tuning on the edit requests, shared by FT, FT-L, FT-M and LoRA (docs/methods.md#ft-ft-l-and-ft-m).
+"""Fine-tuning on the edit requests, shared by FT, FT-L, FT-M and LoRA (docs/editors/ft.md#ft-ft-l-and-ft-m).
 
 Two objectives, named as EasyEdit names them (``objective_optimization``):
 
 - ``prompt_last`` (ROME's FT-L, EasyEdit's FT and FT-L): the prompt alone is run; every target token t_j is
   scored under the next-token distribution of the last prompt token,
-  L = −(1/|t|) Σ_j log p(t_j | prompt)  (a bag of tokens, exact for one-token targets);
+  ``L = −(1/|t|) Σ_j log p(t_j | prompt)`` (a bag of tokens, exact for one-token targets);
 - ``target_new`` (EasyEdit's FT-M and LoRA): ``prompt + " " + target`` is run teacher-forced and the loss is the
-  cross-entropy of the target tokens only, L = −(1/|t|) Σ_j log p(t_j | prompt, t_<j); the positions that
+  cross-entropy of the target tokens only, ``L = −(1/|t|) Σ_j log p(t_j | prompt, t_<j)``; the positions that
   predict prompt tokens contribute nothing.
 
 Both average over requests. Batches are padded on the right with position ids from the attention mask (the project
@@ -31,7 +31,7 @@ IGNORE = -100  # label of a position that is not a target token
 
 
 def prompt_last_loss(last_logits: Tensor, targets: Tensor, target_mask: Tensor) -> Tensor:
-    """Mean over requests of −(1/|t|) Σ_j log p(t_j | prompt) under the last prompt token's distribution.
+    """Mean over requests of ``−(1/|t|) Σ_j log p(t_j | prompt)`` under the last prompt token's distribution.
 
     Args:
         last_logits: (n, V) logits at each request's last prompt token.

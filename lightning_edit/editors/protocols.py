@@ -3,7 +3,7 @@
 - ``single`` (:class:`SingleProtocol`): each case is applied to the unedited model, scored, and undone (bit-identical);
   when the editor's edits are low rank (:meth:`~lightning_edit.editors.base.EditorModule.low_rank_edits`) the cases
   of a batch are instead computed together and scored in one pass where each case's rows see its own update
-  (``batched_single``, docs/methods.md#batched-single);
+  (``batched_single``, docs/protocols.md#batched-single);
 - ``batch`` (:class:`BatchProtocol`): ``edit_batch_size`` consecutive cases (one validation step: the data batch
   follows the editor's setting) are applied together, each is scored on that model, then they are undone;
 - ``sequential``: :mod:`lightning_edit.editors.sequential`;

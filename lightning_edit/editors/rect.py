@@ -1,7 +1,7 @@
 """RECT (Gu et al., 2024, "Model Editing Harms General Abilities of Large Language Models: Regularization to the
-Rescue"): a locate-then-edit update with only its largest relative changes kept (docs/methods.md#rect).
+Rescue"): a locate-then-edit update with only its largest relative changes kept (docs/editors/rect.md#rect).
 
-The base editor (ROME, MEMIT or AlphaEdit) computes its update ΔW of W exactly as it does alone; RECT then writes
+The base editor (ROME, MEMIT or AlphaEdit) computes its update ΔW of W exactly as it does alone; RECT then writes::
 
     ρ_ij = |ΔW_ij| / (|W_ij| + ε),   M = [ρ_ij among the ⌈k·numel⌉ largest],   W ← W + ΔW ⊙ M
 
@@ -24,7 +24,7 @@ EPSILON = 1e-8  # guards |W_ij| ≈ 0 in the relative change (AlphaEdit's MEMIT_
 
 
 def rect_mask(delta: Tensor, weight: Tensor, keep_fraction: float) -> Tensor:
-    """The boolean mask of the ⌈keep_fraction·numel⌉ entries of largest relative change |ΔW| / (|W| + ε).
+    """The boolean mask of the ⌈keep_fraction·numel⌉ entries of largest relative change ``|ΔW| / (|W| + ε)``.
 
     Ties at the threshold are broken by ``topk``, so exactly that many entries are kept.
     """

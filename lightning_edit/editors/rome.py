@@ -1,6 +1,6 @@
 """ROME (Meng et al., 2022, "Locating and Editing Factual Associations in GPT"): one rank-one update per fact.
 
-For each request, on the model as edited so far (docs/methods.md#rome):
+For each request, on the model as edited so far (docs/editors/rome.md#rome):
 
 1. k̄ = mean over context templates of the key (input of the MLP output projection W of layer l) at the fact token;
 2. v* = m⁰ + δ, the MLP output at the fact token that makes the model say ``target_new``;
@@ -33,7 +33,7 @@ class ROME(LocateThenEdit):
         mom2_adjustment: use the key statistics C (paper: true; EasyEdit's configs: false, i.e. C = I); ``stats``
             names their corpus.
         key: ``original`` (k̄ direction, k₀ constraint), or r-ROME's consistent ``prompt`` or ``prefix`` key.
-        *args, **kwargs: lm, fact_token, stats, target (ROME's defaults), template_lengths (ROME: [[5, 10],
+        ``*args``, ``**kwargs``: lm, fact_token, stats, target (ROME's defaults), template_lengths (ROME: [[5, 10],
             [10, 10]]), template_seed, update_filter (:class:`LocateThenEdit`) and the EditorModule arguments.
     """
 

@@ -1,14 +1,14 @@
 """Closed-form weight updates of ROME, MEMIT and AlphaEdit as pure tensor functions (no model, no hooks).
 
-Everything is in the Linear convention of docs/methods.md#conventions: ``W`` is ``(d_out, d_in)``, a key ``k`` is
+Everything is in the Linear convention of docs/editors/index.md#conventions: ``W`` is ``(d_out, d_in)``, a key ``k`` is
 in ``R^{d_in}``, keys are stacked as columns ``K (d_in, n)``, residuals as ``R (d_out, n)``, and
 ``C = E[k kᵀ]`` is the uncentred key second moment ``(d_in, d_in)``. Convert stored weights with
 :func:`lightning_edit.models.registry.to_linear` / ``from_linear`` before and after.
 
 All arithmetic is done in float64 whatever the input dtype (bf16 cannot resolve an ill-conditioned ``C``;
-docs/methods.md#numerics); results are float64 unless ``dtype`` asks for another one. Every inverse is a solve:
-Cholesky for SPD systems (with a tiny ridge if the factorisation fails), LU only for AlphaEdit's non-symmetric full
-system.
+docs/editors/locate-then-edit.md#numerics); results are float64 unless ``dtype`` asks for another one. Every inverse is
+a solve: Cholesky for SPD systems (with a tiny ridge if the factorisation fails), LU only for AlphaEdit's non-symmetric
+full system.
 
     rome_update(C, k, v_star, W)          ΔW = (v* − W k) (C⁻¹k)ᵀ / (kᵀC⁻¹k)                   (ROME eq. 2)
     memit_update(C, K, R, lam)            ΔW (λC + K Kᵀ) = R Kᵀ                               (MEMIT eq. 14)
@@ -44,7 +44,7 @@ def cholesky(A: Tensor) -> tuple[Tensor, float]:
     """Lower Cholesky factor of a symmetric PSD ``A`` (float64), and the relative ridge that was needed.
 
     If ``A`` is not numerically positive definite, ``ε·mean(diag A)·I`` is added with ε growing from 1e-12
-    (docs/methods.md#numerics); the returned ε is 0.0 when none was needed.
+    (docs/editors/locate-then-edit.md#numerics); the returned ε is 0.0 when none was needed.
     """
     A = _f64(A)
     A = (A + A.T) / 2  # (d, d) exact symmetry; rounding can break it
@@ -64,7 +64,8 @@ class CovarianceFactor:
     """A key covariance ``C`` with its Cholesky factor cached, so ``C⁻¹B`` costs two triangular solves.
 
     Build it once per (model, layer) and pass it wherever a ``C`` is accepted; since ``(λC)⁻¹ = C⁻¹/λ`` the same
-    factor serves every λ (MEMIT's Woodbury path then needs only ``n×n`` work per batch; docs/methods.md#solvers).
+    factor serves every λ (MEMIT's Woodbury path then needs only ``n×n`` work per batch;
+    docs/editors/locate-then-edit.md#solvers).
     """
 
     def __init__(self, C: Tensor):
@@ -102,7 +103,7 @@ def rome_update(
     """ROME's rank-one update (Meng et al. 2022, eq. 2): ``ΔW = (v* − W k₀) uᵀ / (uᵀk₀)``, ``u = C⁻¹k``.
 
     It is the minimum-change (in the metric ``C``) update with ``(W + ΔW) k₀ = v*``; its row space is
-    ``span(C⁻¹k)``, so ``ΔW k' = 0`` whenever ``k'ᵀC⁻¹k = 0`` (docs/methods.md#rome).
+    ``span(C⁻¹k)``, so ``ΔW k' = 0`` whenever ``k'ᵀC⁻¹k = 0`` (docs/editors/rome.md#rome).
 
     Args:
         C: key covariance ``(d_in, d_in)`` (or a cached :class:`CovarianceFactor`); ``None`` means no mom2
@@ -158,11 +159,11 @@ def memit_update(
 ) -> Tensor:
     """MEMIT's batch update (Meng et al. 2023, eq. 14): the ``ΔW`` solving ``ΔW (λC + K Kᵀ) = R Kᵀ``.
 
-    It minimises ``‖ΔW K − R‖² + λ tr(ΔW C ΔWᵀ)`` (docs/methods.md#memit). Methods:
+    It minimises ``‖ΔW K − R‖² + λ tr(ΔW C ΔWᵀ)`` (docs/editors/memit.md#memit). Methods:
       - ``"cholesky"``: ``adj = (λC + KKᵀ)⁻¹ K`` via a Cholesky factor of ``λC + KKᵀ``; ``ΔW = R adjᵀ``.
       - ``"woodbury"``: push-through identity, ``ΔW = R (I_n + Kᵀ(λC)⁻¹K)⁻¹ ((λC)⁻¹K)ᵀ``, which needs only
-        ``n×n`` work when ``C`` comes as a cached :class:`CovarianceFactor` (docs/methods.md#solvers). Requires
-        ``λ > 0``.
+        ``n×n`` work when ``C`` comes as a cached :class:`CovarianceFactor`
+        (docs/editors/locate-then-edit.md#solvers). Requires ``λ > 0``.
       - ``"auto"``: Woodbury when ``λ > 0``, ``C`` comes with its cached factor and ``2n ≤ d_in`` (measured on
         CPU at d_in 2048: 17x faster at n = 1, 1.7x at n = 1000, slower from n ≈ d_in), else the direct solve.
 
@@ -207,7 +208,9 @@ def memit_factors(
 
 
 def nullspace_projector(C: Tensor, threshold: float = 2e-2) -> tuple[Tensor, Tensor]:
-    """AlphaEdit's null-space projector (Fang et al. 2025; docs/methods.md#alphaedit): ``P = Û Ûᵀ`` from ``eigh(C)``.
+    """AlphaEdit's null-space projector (Fang et al. 2025): ``P = Û Ûᵀ`` from ``eigh(C)``.
+
+    See docs/editors/alphaedit.md#alphaedit.
 
     ``Û (d_in, r)`` holds the orthonormal eigenvectors of ``C`` whose eigenvalue is below ``threshold`` (τ), so
     ``P`` is symmetric, idempotent, of rank ``r`` and (nearly) annihilates the preserved keys: ``‖P C‖₂ < τ``.
@@ -231,14 +234,17 @@ def alphaedit_update(
     alpha: float = 10.0,
     dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """AlphaEdit's projected update (Fang et al. 2025; docs/methods.md#alphaedit): ``(P(KKᵀ+C_p) + αI) ΔWᵀ = PKRᵀ``.
+    """AlphaEdit's projected update (Fang et al. 2025): ``(P(KKᵀ+C_p) + αI) ΔWᵀ = PKRᵀ``.
+
+    See docs/editors/alphaedit.md#alphaedit.
 
     The solution lies in ``range(P)`` (apply ``I − P`` to the equation: ``α(I − P)ΔWᵀ = 0``), so ``ΔW = ΔW P`` and
     the preserved keys are left (nearly) unchanged. Pass exactly one of:
+
       - ``P (d_in, d_in)``: the full ``d_in × d_in`` (non-symmetric) system, solved by LU;
       - ``U (d_in, r)``: the cheaper equivalent in the basis ``Û``, ``ΔWᵀ = Û Z`` with the ``r × r`` SPD system
         ``(Ûᵀ(KKᵀ + C_p)Û + αI) Z = ÛᵀK Rᵀ`` solved by Cholesky. Same ``ΔW`` as the full solve
-        (docs/methods.md#solvers).
+        (docs/editors/locate-then-edit.md#solvers).
 
     Args:
         K: keys ``(d_in, n)``; R: residuals ``(d_out, n)``.

@@ -5,7 +5,7 @@ A checkpoint holds the edited parameters as they are (only those the editor chan
 answers and the ``stream`` records computed so far (every process's), the random states, and the identity of the run
 that wrote it (editor and settings, model, cases in order). Tensors are safetensors, everything else JSON in its
 metadata; nothing is pickled. It is written to a temporary file and renamed, so a stop while writing leaves the
-previous checkpoint whole, and its SHA-256 over tensors and metadata is checked when read (docs/methods.md#resumable-
+previous checkpoint whole, and its SHA-256 over tensors and metadata is checked when read (docs/protocols.md#resumable-
 streams).
 """
 

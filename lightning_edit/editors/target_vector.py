@@ -3,7 +3,7 @@
 For each request i a vector δ_i is added to the output hidden state of one module at the fact token of every
 prompt of that request: ROME injects at the MLP output of the edited layer l (v* = m⁰ + δ),
 MEMIT/AlphaEdit at the block output (residual stream) of the last edited layer L (z = h⁰ + δ).
-δ_i minimises, with the model frozen (Adam on δ only; docs/methods.md#target-vector-optimisation)::
+δ_i minimises, with the model frozen (Adam on δ only; docs/editors/locate-then-edit.md#target-vector-optimisation)::
 
     L_i(δ) = mean_j [ −(1/T) Σ_t log P_δ(o_t | p_j ⊕ o_<t) ]                 rewriting prompts p_j = templates
              + kl_factor · mean_k KL( P_δ(· | s_k) ‖ P_0(· | s_k) )          KL prompts s_k = "{subject} is a",
@@ -13,7 +13,7 @@ MEMIT/AlphaEdit at the block output (residual stream) of the last edited layer L
 and after each Adam step δ_i is projected onto the ball ‖δ_i‖ ≤ clamp_norm_factor · ‖m⁰_i‖. A request stops (and
 its δ stops changing) as soon as L_i < early_stop_loss; the last iteration only evaluates. Several requests run in
 one right-padded batch with one leaf tensor δ_i each and Adam's element-wise state, so a batched run reproduces
-one-by-one runs (docs/methods.md#invariants); the requests of one call are optimised in chunks whose graph fits a
+one-by-one runs (docs/editors/index.md#invariants); the requests of one call are optimised in chunks whose graph fits a
 memory budget (:mod:`~lightning_edit.editors.graph_budget`), which for the same reason changes δ only by float
 rounding. m⁰_i is the module output at the fact token of the bare ``"{}"`` prompt, read on the first forward (before δ
 is added).
@@ -49,7 +49,7 @@ from lightning_edit.models.tokenization import encode_prompt_target, pad
 
 @dataclass(frozen=True)
 class TargetOptimization:
-    """Hyper-parameters of the v*/z optimisation; defaults are ROME's for gpt2-xl (docs/methods.md#rome).
+    """Hyper-parameters of the v*/z optimisation; defaults are ROME's for gpt2-xl (docs/editors/rome.md#rome).
 
     Attributes:
         v_num_grad_steps: iterations (forward passes); at most ``v_num_grad_steps - 1`` Adam steps are taken
@@ -67,8 +67,8 @@ class TargetOptimization:
             once (:class:`~lightning_edit.models.hooks.PrefixReuse`) and the final norm and unembedding are applied
             only at the target and KL positions; the values agree to float rounding (tests/editors/test_locate.py).
         memory_budget: bytes of autograd graph one chunk of requests may hold (``None``: automatic, the model's weight
-            bytes or half the free memory if less; docs/methods.md#memory-budget). Not a hyper-parameter: it changes
-            δ only by float rounding.
+            bytes or half the free memory if less; docs/editors/locate-then-edit.md#memory-budget). Not a
+            hyper-parameter: it changes δ only by float rounding.
 
     Where δ is injected is the editor's ``fact_token``, the position its keys are read at (one setting).
     """
@@ -373,7 +373,8 @@ def _optimize(
     n = len(requests)
     d = arch.hidden_size
     device = model.device
-    dtype = torch.promote_types(model.dtype, torch.float32)  # δ and losses in at least fp32 (docs/methods.md#numerics)
+    # δ and losses in at least fp32 (docs/editors/locate-then-edit.md#numerics)
+    dtype = torch.promote_types(model.dtype, torch.float32)
     batch = _build_batch(tokenizer, requests, templates, config, fact_token, device)
     inject_name = arch.layer_name(module, layer)
     use_model_logits = loss_layer == arch.num_layers - 1

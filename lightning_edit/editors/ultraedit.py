@@ -1,7 +1,8 @@
 """UltraEdit (Gu et al., 2025, "UltraEdit: Training-, Subject-, and Memory-Free Lifelong Editing in Large Language
 Models"): a closed-form edit from one gradient, normalised by statistics that follow the stream of edits.
 
-For one editor call (a batch of requests) and each edited weight W, ``y_t = W k_t`` (docs/methods.md#ultraedit):
+For one editor call (a batch of requests) and each edited weight W, ``y_t = W k_t``
+(docs/editors/ultraedit.md#ultraedit):
 
 1. the edit loss (mean NLL of the target tokens, one pass per ``pass_size`` requests) gives at every real token t
    the key k_t (the weight's input) and g_t = ∂L/∂y_t (:mod:`lightning_edit.editors.gradients`);

@@ -3,7 +3,7 @@ Language Models"): edits go to a side memory of one FFN value matrix, and a rout
 its activation score is high; the model's weights never change.
 
 With W_v the MLP output projection of ``layer`` (main memory, frozen) and a(x) its input at one token
-(docs/methods.md#wise):
+(docs/editors/wise.md#wise):
 
 - side memory W_v' = W_v + ΔW, a copy that edits train; an edit trains only the entries of the shard's random
   gradient mask (``mask_ratio``, knowledge sharding, paper §3.3), with SGD, keeping ‖ΔW‖_∞ ≤ ``norm_constraint``;
@@ -266,7 +266,7 @@ class WISE(EditorModule):
         raise ConfigError(_NO_EXPORT)
 
     def export(self, directory: Path, cases: list[EditCase]) -> Path:
-        """Not offered: the memories are routed, not weights a saved model could hold (docs/methods.md#wise)."""
+        """Not offered: the memories are routed, not weights a saved model could hold (docs/editors/wise.md#wise)."""
         raise ConfigError(_NO_EXPORT)
 
     def _close(self, memory: SideMemory) -> None:

@@ -84,7 +84,7 @@ class OpenAIChatJudge(LLMJudge):
         return {**super().describe(), "base_url": self.base_url, "api_key_env": self.api_key_env}
 
     def check(self) -> None:
-        """The cache (:meth:`Judge.check`) and the API key: its variable must be set."""
+        """The cache (:meth:`~lightning_edit.judges.base.Judge.check`) and the API key: its variable must be set."""
         super().check()
         if not os.environ.get(self.api_key_env):
             raise ConfigError(

@@ -1,4 +1,4 @@
-"""On-disk cache of key statistics: reuse, resume, merge shards (docs/methods.md#key-statistics).
+"""On-disk cache of key statistics: reuse, resume, merge shards (docs/editors/locate-then-edit.md#key-statistics).
 
 Location: ``cache_dir`` if given, else ``$LIGHTNING_EDIT_CACHE/stats``, else ``~/.cache/lightning_edit/stats``.
 An entry holds one layer's ``Σ k kᵀ`` over documents ``[start, stop)`` of a corpus and lives at

@@ -13,7 +13,7 @@ Formats (see :func:`as_corpus`):
 - ``"hf:<name>[:<config>]"``: a Hugging Face dataset, streamed with the ``datasets`` library if it is installed and
   the hub (or its local cache) is reachable. Identity: name, config, split and revision — pin ``revision`` for
   reproducible statistics (the reference ``wikipedia 20200501.en`` config is no longer loadable;
-  docs/methods.md#key-statistics).
+  docs/editors/locate-then-edit.md#key-statistics).
 
 A file that is not UTF-8 text (binary), or that holds no document (empty or blank), is refused when the corpus is
 built, in one line naming the file; a line that is not UTF-8 further on, when it is read, naming the line.

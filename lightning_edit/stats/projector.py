@@ -1,7 +1,7 @@
-"""On-disk cache of AlphaEdit's null-space basis ``Û`` of a layer's key statistics (docs/methods.md#alphaedit).
+"""On-disk cache of AlphaEdit's null-space basis ``Û`` of a layer's key statistics.
 
-Only ``Û`` (d_in × r) is stored: the projector is ``P = Û Ûᵀ`` and the reduced solve needs ``Û`` alone, while a
-stored ``P`` would cost d_in² floats per layer (1.6 GB at d_in 14336).
+See docs/editors/alphaedit.md#alphaedit. Only ``Û`` (d_in × r) is stored: the projector is ``P = Û Ûᵀ`` and the reduced
+solve needs ``Û`` alone, while a stored ``P`` would cost d_in² floats per layer (1.6 GB at d_in 14336).
 
 Entries live at ``<stats cache>/projector/<id>.{safetensors,json}``; the id hashes the statistics' cache key (or,
 for statistics that did not come from the cache, a content hash of their sum and token count), the threshold τ and

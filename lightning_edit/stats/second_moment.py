@@ -1,6 +1,6 @@
 """The key-statistics pass: ``Σ k kᵀ`` over corpus tokens for several layers in one forward.
 
-See docs/methods.md#key-statistics.
+See docs/editors/locate-then-edit.md#key-statistics.
 
 ``k`` is the input of the MLP output projection (``arch.spec.mlp_out``) at one token. Documents are tokenized with
 the tokenizer's default special tokens (LLaMA gets its BOS), truncated to ``max_length`` tokens, batched

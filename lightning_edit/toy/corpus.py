@@ -1,9 +1,9 @@
 """The training text of a seeded :class:`~lightning_edit.toy.world.ToyWorld` as a causal-LM DataModule.
 
-The tokenizer is trained with ``tokenizers`` on the world's corpus (:func:`~lightning_edit.models.build
-.train_tokenizer`, GPT-2 or LLaMA style), so the same settings always give the same world, corpus and tokenizer;
-:attr:`ToyCorpus.tokenizer` exposes it (the pretraining module sizes its model to it and saves it next to the
-weights).
+The tokenizer is trained with ``tokenizers`` on the world's corpus
+(:func:`~lightning_edit.models.build.train_tokenizer`, GPT-2 or LLaMA style), so the same settings always give the same
+world, corpus and tokenizer; :attr:`ToyCorpus.tokenizer` exposes it (the pretraining module sizes its model to it and
+saves it next to the weights).
 
 One item (sentence, script or biography) per sequence, padded, not packed: every sequence starts at position 0
 (after the BOS for LLaMA style), as a recall or benchmark prompt does, and ends with EOS, so the model learns facts

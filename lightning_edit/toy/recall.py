@@ -1,10 +1,10 @@
 """How many facts of a :class:`~lightning_edit.toy.world.ToyWorld` a model recalls, forward and inverse.
 
-Convention (greedy first object token): a prompt recalls its fact when the argmax next token after the prompt is
-the first token of the answer, the answer being encoded as in :func:`~lightning_edit.models.tokenization
-.encode_prompt_target` (``prompt + " " + answer``; the answer's tokens are those the joint string adds after the
-prompt's own tokens). One teacher-forced pass of :func:`~lightning_edit.scoring.score_targets` gives it as
-``argmax_ids[0] == target_ids[0]``.
+Convention (greedy first object token): a prompt recalls its fact when the argmax next token after the prompt is the
+first token of the answer, the answer being encoded as in
+:func:`~lightning_edit.models.tokenization.encode_prompt_target` (``prompt + " " + answer``; the answer's tokens are
+those the joint string adds after the prompt's own tokens). One teacher-forced pass of
+:func:`~lightning_edit.scoring.score_targets` gives it as ``argmax_ids[0] == target_ids[0]``.
 
 - **forward recall**: every forward template of the relation, filled with the subject; the answer is the object.
 - **inverse recall**: every inverse template of a one-to-one relation, filled with the object; the answer is the

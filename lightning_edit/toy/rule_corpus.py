@@ -7,10 +7,10 @@
 The text trains the toy rule model (``builtin:models/toy-rule-gpt2``) to answer the benchmark's prompts before any
 edit. One item per sequence, ``prompt + " " + true answer`` (:func:`rule_prompts`), never a ``target_new``:
 
-- every rule's formula prompt and each of its rephrasings (:data:`~lightning_edit.data.ruleedit.generator
-  .FORMULA_REPHRASES`) with the true formula, its description prompt and each rephrasing with the true
-  description: so every ``prompt``, ``rephrase_prompt``, ``Rule_Understanding`` and ``locality`` prompt of the
-  records, all of them these templates, has its ground truth in training;
+- every rule's formula prompt and each of its rephrasings
+  (:data:`~lightning_edit.data.ruleedit.generator.FORMULA_REPHRASES`) with the true formula, its description prompt and
+  each rephrasing with the true description: so every ``prompt``, ``rephrase_prompt``, ``Rule_Understanding`` and
+  ``locality`` prompt of the records, all of them these templates, has its ground truth in training;
 - the dataset's instances: the records' ``Instance`` prompts and the instance edit's ``prompt`` and
   ``rephrase_prompt``, with their ``ground_truth``;
 - the ``Hierarchy`` prompts of ``hierarchy.json`` with their ``ground_truth``.
@@ -156,8 +156,8 @@ def rule_recall(
 class RuleCorpus(TextCorpus):
     """The true rules of a RULE-EDIT dataset (:func:`training_text`) as a causal-LM DataModule.
 
-    One item per sequence, EOS at the end, batches grouped by length (as :class:`~lightning_edit.toy.corpus
-    .ToyCorpus`); the tokenizer is trained on the items. :meth:`recall` measures a model on the dataset's prompts
+    One item per sequence, EOS at the end, batches grouped by length (as :class:`~lightning_edit.toy.corpus.ToyCorpus`);
+    the tokenizer is trained on the items. :meth:`recall` measures a model on the dataset's prompts
     (``CausalLMPretraining`` writes it to ``recall.json``).
 
     Args:

@@ -282,7 +282,8 @@ def test_toy_reversal_curse(tmp_path):
         "--model.in_context.retriever=lexical",
         "--model.in_context.demonstrations=4",  # as benchmarks/toy_bake.py
     )
-    # every edit succeeds forward (README: ES 1.00 on the 100 toy BAKE edits), none reaches the reverse question
+    # every edit succeeds forward (docs/results/toy-benchmarks.md: ES 1.00 on the 100 toy BAKE edits), none reaches
+    # the reverse question
     assert rome["ES"]["macro"] == 1.0 and rome["RQS"]["macro"] == 0.0, rome
     assert ike["RQS"]["macro"] >= 0.3, ike
     assert rome["RQ_logprob_new"]["macro"] == pytest.approx(rome["RQ_logprob_new_pre"]["macro"], abs=0.1)

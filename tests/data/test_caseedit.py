@@ -1,4 +1,7 @@
-"""CaseEdit loading (arXiv 2505.19383; schema in docs/benchmarks.md#caseedit): cases, metrics, errors, figure."""
+"""CaseEdit loading (arXiv 2505.19383): cases, metrics, errors, figure.
+
+The schema is in docs/benchmarks/caseedit.md#caseedit.
+"""
 
 import copy
 import json

@@ -1,4 +1,7 @@
-"""QAEdit: its format, its teacher-forced and generated-answer metrics, its published file (docs/benchmarks.md)."""
+"""QAEdit: its format, its teacher-forced and generated-answer metrics, its published file.
+
+See docs/benchmarks/qaedit.md#qaedit.
+"""
 
 import json
 from pathlib import Path

@@ -1,4 +1,7 @@
-"""The memory budget of the v*/z optimisation: chunks that fit it give one graph's δ (docs/methods.md#memory-budget)."""
+"""The memory budget of the v*/z optimisation: chunks that fit it give one graph's δ.
+
+See docs/editors/locate-then-edit.md#memory-budget.
+"""
 
 import json
 from dataclasses import replace

@@ -1,6 +1,7 @@
 """Locate-then-edit machinery: context templates, fact token, keys, target vector optimisation.
 
-docs/methods.md#locate-then-edit-machinery; the invariants checked are listed in docs/methods.md#invariants.
+docs/editors/locate-then-edit.md#locate-then-edit-machinery; the invariants checked are listed in
+docs/editors/index.md#invariants.
 """
 
 import json
@@ -168,7 +169,8 @@ def test_key_averaging_over_template_groups(tiny_lm):
     grouped = compute_keys(model, tokenizer, REQUESTS, 0, [["{}"], prefixed])
     bare = compute_keys(model, tokenizer, REQUESTS, 0, ["{}"])
     each = torch.stack([compute_keys(model, tokenizer, REQUESTS, 0, [t]) for t in prefixed])  # (3, n, d)
-    torch.testing.assert_close(grouped, 0.5 * bare + 0.5 * each.mean(0), atol=1e-6, rtol=0)  # docs/methods.md#keys
+    # docs/editors/locate-then-edit.md#keys
+    torch.testing.assert_close(grouped, 0.5 * bare + 0.5 * each.mean(0), atol=1e-6, rtol=0)
     flat = compute_keys(model, tokenizer, REQUESTS, 0, ["{}", *prefixed])
     torch.testing.assert_close(flat, (bare + each.sum(0)) / 4, atol=1e-6, rtol=0)
 

@@ -1,4 +1,4 @@
-"""Closed-form solvers of ROME, MEMIT and AlphaEdit: the invariants of docs/methods.md#invariants (Solvers)."""
+"""Closed-form solvers of ROME, MEMIT and AlphaEdit: the invariants of docs/editors/index.md#invariants (Solvers)."""
 
 import pytest
 import torch

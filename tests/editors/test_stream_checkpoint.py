@@ -146,6 +146,7 @@ def test_checkpoints_are_written_every_n_edits(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.multiprocess
 def test_a_stream_resumed_on_two_processes_equals_one_process(tmp_path, monkeypatch):
     """Stopped on one process, resumed on two (``ddp_spawn``, one thread each, as the one process has): the results
     of the uninterrupted one-process run, to the bit (with more threads per process, float rounding differs)."""

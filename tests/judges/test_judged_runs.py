@@ -114,7 +114,7 @@ def loopback_judge(chat_server, tmp_path) -> tuple[dict, dict]:
     return spec, {"JUDGE_TEST_KEY": KEY, "NO_PROXY": "127.0.0.1,localhost"}
 
 
-@pytest.mark.parametrize("devices", [1, 2])
+@pytest.mark.parametrize("devices", [1, pytest.param(2, marks=pytest.mark.multiprocess)])
 def test_exact_match_and_sympy_agree_in_the_results(tmp_path, devices):
     """On 2 processes too: the judges' counts and items are gathered from both."""
     judges = {"EM": "exact_match", "SYM": {"class_path": "symbolic_math"}}

@@ -5,9 +5,9 @@ prompt at a time, edited once by ROME with its preset, and restored bit-exactly.
 The NoEdit comparison also runs on the opt-in 1.5B model, ``gguf:qwen2.5-coder-1.5b-instruct`` (22 wheels,
 lightning_edit/models/gguf.py): marked slow and skipped unless its wheels are installed (run by hand).
 
-The records are four of the real CounterFact train split (outside the 1k edit split that the README reports). The
-comparison runs on any CounterFact file in the flat format with ``LIGHTNING_EDIT_REAL_RECORDS=<file>`` and
-``LIGHTNING_EDIT_REAL_LIMIT=<n>`` (the README's 100 cases of the edit split: docs/models.md).
+The records are four of the real CounterFact train split (outside the 1k edit split that docs/results/real-models.md
+reports). The comparison runs on any CounterFact file in the flat format with ``LIGHTNING_EDIT_REAL_RECORDS=<file>`` and
+``LIGHTNING_EDIT_REAL_LIMIT=<n>`` (the 100 cases of the edit split in docs/results/real-models.md).
 """
 
 import importlib.util
@@ -25,6 +25,7 @@ from lightning_edit.editors.target_vector import TargetOptimization
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer
 from lightning_edit.presets import editor_arguments
 
+pytestmark = pytest.mark.real_model  # every test loads a real model
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests/fixtures/data/counterfact-train-real-4.json"
 RECORDS = Path(os.environ.get("LIGHTNING_EDIT_REAL_RECORDS", FIXTURE))

@@ -3,6 +3,7 @@ forwards of different counts kept in step, undo bit-exact; the outputs those of 
 
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -64,6 +65,7 @@ def worker(rank: int, port: int, directory: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.multiprocess
 def test_sharded_weights_updates_and_forwards_in_step(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -131,6 +131,7 @@ def validate(tmp_path: Path, name: str, devices: int, protocol: str) -> tuple[di
     return results, cases
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("protocol", ["single", "sequential"])
 def test_own_kind_on_one_and_two_processes(tmp_path, protocol):
     one, one_cases = validate(tmp_path, "one", 1, protocol)

@@ -6,7 +6,7 @@ An edit changes what one household's object is used for, where it is kept or wha
 ``ground_truth`` to an atypical ``target_new``. Each edit has four five-option questions (options under letters
 A-E in random order; paper §3): reliability and generalization expect the new truth, locality asks about something
 the edit must not change, portability applies the new truth. No official data or field names are published; the
-schema below is the project's (docs/benchmarks.md#caseedit).
+schema below is the project's (docs/benchmarks/caseedit.md#caseedit).
 
 Scoring (paper §4.3, Appendix 8.4; :mod:`~lightning_edit.data.caseedit.multiple_choice`): per question, the five-way
 distribution gives accuracy (the correct option most probable), its Shannon entropy in bits, and the probability of
@@ -128,7 +128,7 @@ class CaseEdit(EditDataModule):
     Reports, for each question ``q`` in reliability, generalization, locality and portability: ``q_acc``,
     ``q_entropy`` (bits), ``q_p_new``, ``q_p_true`` and ``q_p_other``. The fixed test is the ``sequential``
     protocol over 50 edits; the scalability test n = 10, 20, 50, 100, 200 (``limit`` or ``eval_at``,
-    docs/benchmarks.md#caseedit).
+    docs/benchmarks/caseedit.md#caseedit).
 
     Args:
         path: the CaseEdit JSON (list) or JSONL file.

@@ -9,7 +9,7 @@ the 3D rules that depend on them). ``builtin:data/ruleedit`` is the 79 rules of 
 Case ids are ``3 * folder position + view`` (formula 0, description 1, instance 2), since the records' own
 ``case_id`` repeats within a folder; hierarchy cases keep their ``case_id``.
 
-Metrics (the paper's names; docs/benchmarks.md#rule-edit): Rel (``prompt`` -> ``target_new``), Gen
+Metrics (the paper's names; docs/benchmarks/ruleedit.md#rule-edit): Rel (``prompt`` -> ``target_new``), Gen
 (``rephrase_prompt``), Loc (``locality.neighborhood`` and ``locality.distracting`` prompts against their stored
 ``ground_truth``), IP (``Instance``), RU (``Rule_Understanding``: the other view of the rule); an instance edit scores
 RU_f and RU_d (the formula and the description view) and RU = mean(RU_f, RU_d) from the aggregates; the hierarchical
@@ -96,8 +96,9 @@ class RuleEdit(EditDataModule):
             (DMLE's protocol). None: 3 (one direct-answer and one step-by-step instance besides the ``ins`` one;
             the paper does not give the set's size) under ``records``, 1 under ``dmle_staged``.
         judge: the judge of the generated answers as ``{judge: its arguments}``: None is sympy with exact match for
-            descriptions (:data:`DEFAULT_JUDGE`); the paper's is an LLM (``openai_chat``, docs/benchmarks.md), which
-            grades with the ``rule_edit`` template unless its arguments name another (``rule_edit_ab``, a file).
+            descriptions (:data:`DEFAULT_JUDGE`); the paper's is an LLM (``openai_chat``,
+            docs/benchmarks/ruleedit.md#tasks-protocol-and-metrics), which grades with the ``rule_edit`` template unless
+            its arguments name another (``rule_edit_ab``, a file).
         locality: ``ground_truth`` (the reference code: Loc grades the answer against the stored ground truth),
             ``unedited`` (the answer must be judged equivalent to the unedited model's; token level: EasyEdit's
             argmax agreement) or ``unedited_string`` (the answer must be the very text of the unedited model's, no
