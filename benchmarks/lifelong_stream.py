@@ -24,6 +24,7 @@ read, not run again; one whose stream stopped (SIGTERM, a crash) goes on from th
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,14 @@ def write_stream(path: Path, edits: int) -> None:
 
     world = load_toy_world(resolve_path("builtin:data/toy/world.json"))
     path.write_text(json.dumps(stream_records(world, edits)))
+
+
+def run_forwarding_stop(command: list[str]) -> int:
+    """Run one stream in a process of its own; a SIGTERM to this script is passed on to it, so the stream stops after
+    its current editor call and writes its checkpoint (this script's own handler only records a stop)."""
+    child = subprocess.Popen(command)
+    signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    return child.wait()
 
 
 def run_one(args: argparse.Namespace) -> None:
@@ -177,7 +186,7 @@ def main() -> None:
         found = list((root / f"{method}-{batch}").rglob("results.json"))
         if found:
             print(f"{method}: reusing {found[0]} (delete it to run again)", file=sys.stderr)
-        elif subprocess.run(command).returncode != 0:
+        elif run_forwarding_stop(command) != 0:
             raise SystemExit(f"{method} stopped; the same command with --root {root} goes on from its checkpoint")
         (path,) = (root / f"{method}-{batch}").rglob("results.json")
         results = json.loads(path.read_text())

@@ -74,8 +74,8 @@ class Scale(EditorModule):
         self.save_hyperparameters()
         self.layer = layer
         self.factor = factor
-        arch = resolve_architecture(self.model)
-        self.weight_name = arch.layer_name(arch.spec.mlp_out, layer) + ".weight"  # a layer out of range: an error
+        self.arch = resolve_architecture(self.model)
+        self.weight_name = self.arch.layer_name(self.arch.spec.mlp_out, layer) + ".weight"  # out of range: an error
 
     def edited_parameters(self, requests):
         return [self.weight_name]
@@ -274,5 +274,16 @@ def test_the_checklists_add_a_benchmark_and_an_editor_inside_the_package(tmp_pat
     )
     files = ["tests/data/test_capitals.py", "tests/editors/test_scale.py", "tests/test_hardening.py",
              "tests/test_matrix.py", "tests/test_configs.py"]  # fmt: skip
-    tested = run_in(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files, "-k", selected, timeout=1500)
-    assert tested.returncode == 0, tested.stdout[-6000:] + tested.stderr[-2000:]
+    tested = run_in(copy, "-m", "pytest", "-q", "-rp", "-p", "no:cacheprovider", *files, "-k", selected, timeout=480)
+    failures = tested.stdout[tested.stdout.find("= FAILURES =") :]
+    assert tested.returncode == 0, failures[:8000] + tested.stderr[-2000:]
+    passed = {line.split()[1] for line in tested.stdout.splitlines() if line.startswith("PASSED ")}
+    assert {
+        "tests/test_hardening.py::test_every_loader_and_editor_is_registered",
+        "tests/test_hardening.py::test_out_of_range_layer_is_one_line[Scale]",
+        "tests/test_matrix.py::test_every_method_config_has_its_flags",
+        "tests/test_matrix.py::test_method_runs_on_benchmark_with_the_default_logger[scale-capitals]",
+        "tests/test_configs.py::test_shipped_config_resolves[benchmarks/capitals.yaml]",
+        "tests/test_configs.py::test_model_preset_sets_only_shared_arguments[models/tiny-gpt2.yaml]",
+        "tests/test_configs.py::test_other_method_on_preset_architecture[models/gpt2-xl.yaml-scale]",
+    } <= passed, tested.stdout[-3000:]
