@@ -543,6 +543,27 @@ def test_contradictory_settings_and_rejected_options(capsys, monkeypatch, tmp_pa
     assert status == 2 and "fact_token" in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize(
+    ("model", "flags", "message"),
+    [
+        (TINY, ["--model=IKE", "--model.in_context.demonstrations=2"], "in_context.pool=None: the file the 2 demo"),
+        (TINY, ["--model=IKE", "--model.in_context.demonstrations=-1"], "model.in_context.demonstrations=-1: k"),
+        (TINY, ["--model=ROME", "--model.target.v_num_grad_steps=0"], "model.target.v_num_grad_steps=0: at least 1"),
+        (TINY, ["--model=ROME", "--model.target.v_loss_layer=9"], "model.target.v_loss_layer=9: the layer whose"),
+        ("builtin:models/toy-llama", ["--model=GRACE", "--model.layer=1", "--model.module=mlp_in"], "model.module="),
+    ],
+    ids=["IKE without a pool", "IKE k<0", "ROME no steps", "ROME loss layer", "GRACE mlp_in of LLaMA"],
+)
+def test_a_bad_setting_inside_an_editor_section_is_one_line(model, flags, message, capsys, monkeypatch, tmp_path):
+    """Settings checked where their section is built (in_context, target, GRACE's module): one line, not the
+    parser's traceback of union types."""
+    monkeypatch.chdir(tmp_path)
+    data = ["--data=CounterFact", "--data.path=builtin:data/counterfact-flat.json"]
+    status, err = run_main(capsys, "validate", *flags, f"--model.lm.path={model}", *data, *QUICK)
+    assert status == 1 and message in err.strip().splitlines()[-1], err
+    assert "Traceback" not in err and "Union subtypes" not in err and "Namespace(" not in err
+
+
 def test_debug_shows_the_traceback(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     args = ["validate", "--model=NoEdit", "--model.lm.path=/nonexistent", "--data=CounterFact", "--data.path=x.json"]

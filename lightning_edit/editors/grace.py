@@ -49,9 +49,8 @@ def adapter_module(arch: ModelArchitecture, role: Literal["mlp_in", "mlp_out"], 
     choice) or output projection (``mlp_out``: LLaMA ``down_proj``, EasyEdit's LLaMA choice)."""
     if role == "mlp_out":
         return arch.layer_name(arch.spec.mlp_out, layer)
-    if len(arch.spec.mlp_in) != 1:
-        names = [arch.layer_name(t, layer) for t in arch.spec.mlp_in]
-        raise ValueError(f"module 'mlp_in' is ambiguous for {arch.family} ({names}); use 'mlp_out'")
+    names = [arch.layer_name(t, layer) for t in arch.spec.mlp_in]
+    require(len(names) == 1, "module", role, f"one module, and {arch.family}'s MLP input is {names}: use 'mlp_out'")
     return arch.layer_name(arch.spec.mlp_in[0], layer)
 
 

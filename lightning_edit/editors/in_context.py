@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_edit.cases import EditCase, EditRequest
+from lightning_edit.errors import ConfigError, require
 from lightning_edit.models.loading import ModelSource
 from lightning_edit.models.tokenization import pad
 
@@ -69,10 +70,9 @@ class InContext:
         return self.pool if self.demonstrations else None
 
     def __post_init__(self) -> None:
-        if self.demonstrations < 0:
-            raise ValueError(f"in_context.demonstrations must be >= 0, got {self.demonstrations}")
-        if self.demonstrations and self.pool is None:
-            raise ValueError("in_context.demonstrations > 0 needs in_context.pool, the file to build them from")
+        require(self.demonstrations >= 0, "model.in_context.demonstrations", self.demonstrations, "k, at least 0")
+        meaning = f"the file the {self.demonstrations} demonstrations are retrieved from: set it (0: PROMPT)"
+        require(not self.demonstrations or self.pool is not None, "model.in_context.pool", self.pool, meaning)
 
 
 def fact(request: EditRequest) -> str:
@@ -174,8 +174,8 @@ class InContextPrompts:
         if config.demonstrations:
             self.pool = [(_about(case.requests[0]), text) for case in pool_cases for text in demonstrations_of(case)]
             if len(self.pool) < config.demonstrations:
-                raise ValueError(
-                    f"in_context.pool {config.pool}: {len(self.pool)} demonstrations, fewer than "
+                raise ConfigError(
+                    f"model.in_context.pool {config.pool}: {len(self.pool)} demonstrations, fewer than "
                     f"in_context.demonstrations={config.demonstrations}"
                 )
             self._pool_embeddings: torch.Tensor | None = None
@@ -223,8 +223,8 @@ class InContextPrompts:
                 scores = similarities[row].clone()
                 scores[[i for about in own for i in self._positions.get(about, [])]] = -math.inf
                 if int(torch.isfinite(scores).sum()) < self.config.demonstrations:
-                    raise ValueError(
-                        f"{case.source or case.case_id}: in_context.pool has fewer than "
+                    raise ConfigError(
+                        f"{case.source or case.case_id}: model.in_context.pool has fewer than "
                         f"{self.config.demonstrations} demonstrations about other subjects or relations"
                     )
                 best = scores.topk(self.config.demonstrations).indices.tolist()  # most similar first

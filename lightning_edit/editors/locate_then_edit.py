@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from lightning_edit.cases import EditRequest
-from lightning_edit.editors.base import EditorModule
+from lightning_edit.editors.base import EditorModule, require
 from lightning_edit.editors.context_templates import ROME_TEMPLATE_LENGTHS, ContextTemplateCache, Templates
 from lightning_edit.editors.locate import DEFAULT_FACT_TOKEN, FactToken
 from lightning_edit.editors.solvers import UpdateFilter
@@ -64,6 +64,9 @@ class LocateThenEdit(EditorModule):
         self.update_filter = update_filter
         self.templates = ContextTemplateCache()
         self.arch = resolve_architecture(self.model)
+        loss_layer, last = self.target.v_loss_layer, self.arch.num_layers - 1
+        meaning = f"the layer whose logits the loss reads, at or after the edited layer, at most the last, {last}"
+        require(loss_layer is None or 0 <= loss_layer <= last, "target.v_loss_layer", loss_layer, meaning)
 
     def stream_state(self) -> dict[str, Any]:
         """The context templates, generated from the model at the stream's first edit (a resumed stream's model

@@ -147,14 +147,14 @@ class MEND(EditorModule):
         module, _, leaf = name.rpartition(".")
         if name not in parameters or leaf != "weight":
             example = f"{self.arch.layer_name(self.arch.spec.mlp_out, self.arch.num_layers - 1)}.weight"
-            raise ValueError(
+            raise ConfigError(
                 f"MEND cannot edit {name!r}: {type(self.model).__name__} ({self.arch.family}, "
                 f"{self.arch.num_layers} layers) has no such weight; expected names like {example!r}"
             )
         try:
             weight_layout(self.model.get_submodule(module))
         except TypeError as error:
-            raise ValueError(f"MEND cannot edit {name!r}: {error}") from None
+            raise ConfigError(f"MEND cannot edit {name!r}: {error}") from None
         return module
 
     def _shapes(self) -> dict[str, tuple[int, int]]:

@@ -85,6 +85,7 @@ class TargetOptimization:
     memory_budget: int | None = None
 
     def __post_init__(self) -> None:
+        require(self.v_num_grad_steps >= 1, "model.target.v_num_grad_steps", self.v_num_grad_steps, "at least 1")
         meaning = "bytes of autograd graph one chunk of requests may hold, at least 1 (unset: automatic)"
         require(
             self.memory_budget is None or self.memory_budget >= 1,
@@ -258,8 +259,6 @@ def optimize_target_vectors(
     are restored/unchanged afterwards) and every hook is removed.
     """
     config = config or TargetOptimization()
-    if config.v_num_grad_steps < 1:
-        raise ValueError("v_num_grad_steps must be at least 1")
     if not requests:
         raise ValueError("no requests")
     flat = [t for group in template_groups(templates) for t in group]
@@ -267,8 +266,8 @@ def optimize_target_vectors(
         raise ValueError(f"the first context template must be the bare '{{}}' (m⁰ is read there), got {flat[0]!r}")
     arch = resolve_architecture(model)
     loss_layer = arch.num_layers - 1 if config.v_loss_layer is None else config.v_loss_layer
-    if not layer <= loss_layer < arch.num_layers:
-        raise ValueError(f"v_loss_layer={loss_layer} must lie in [{layer}, {arch.num_layers})")
+    meaning = f"the layer whose logits the loss reads, from the edited layer {layer} to the last, {arch.num_layers - 1}"
+    require(layer <= loss_layer < arch.num_layers, "model.target.v_loss_layer", loss_layer, meaning)
     if is_sharded(model):  # a sharded forward runs whole on every process (docs/sharding.md): the reference path
         meaning = "logits of an inner layer, which a sharded model does not run apart: leave it unset (or use ddp)"
         require(loss_layer == arch.num_layers - 1, "model.target.v_loss_layer", loss_layer, meaning)

@@ -10,6 +10,7 @@ from lightning import Trainer
 from lightning_edit.data import CounterFact
 from lightning_edit.editors import IKE, ROME, InContext, NoEdit
 from lightning_edit.editors.in_context import InContextPrompts, demonstrations_of, tfidf_similarities
+from lightning_edit.errors import ConfigError
 from lightning_edit.models.loading import ModelSource
 
 POOL = [
@@ -100,9 +101,9 @@ def test_unavailable_encoder_is_a_clear_error(pool):
 
 
 def test_configuration_errors():
-    with pytest.raises(ValueError, match="needs in_context.pool"):
+    with pytest.raises(ConfigError, match="in_context.pool=None: the file the 4 demonstrations are retrieved from"):
         InContext(demonstrations=4)
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(ConfigError, match="in_context.demonstrations=-1: k, at least 0"):
         InContext(demonstrations=-1)
 
 
