@@ -93,13 +93,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    with tools.output(out.with_suffix(".json"), "--out") as file:  # before the model loads: can it be written?
+    out = Path(args.out)  # a name with a dot (qwen2.5-...) keeps it whole: the extension is appended
+    with tools.output(out.with_name(out.name + ".json"), "--out") as file:  # before the model loads: can it be written?
         summary = summarise(args)
         file.write(json.dumps(summary, indent=1) + "\n")
-    title = (f"{args.model}: {summary['facts']} known facts, {args.samples} noise draws, ν = {summary['noise']:.3g}; "
+    title = (f"{args.model}: {summary['facts']} known facts, {args.samples} noise draws,\nν = {summary['noise']:.3g}; "
              f"P* {summary['p_clean']:.3f}, corrupted {summary['p_corrupted']:.3f}")  # fmt: skip
-    plot(summary["average_indirect_effect"], title, out.with_suffix(".png"))
+    plot(summary["average_indirect_effect"], title, out.with_name(out.name + ".png"))
     print(json.dumps({k: summary[k] for k in ("facts", "p_clean", "p_corrupted", "peak_layer", "seconds")}))
 
 

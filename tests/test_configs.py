@@ -64,6 +64,7 @@ ARCHITECTURES = {
     "qwen2.5-7b": ("qwen2", 28),
     "qwen3-8b": ("qwen3", 36),
     "smollm2-135m": ("llama", 30),
+    "qwen2.5-coder-1.5b": ("qwen2", 28),
     "gemma3-270m": ("gemma3_text", 18),
 }
 #: Tokenizer style of each family: LLaMA's SentencePiece-like pieces with BOS; byte-level BPE otherwise (Qwen too).
