@@ -24,11 +24,12 @@ import torch  # noqa: E402
 
 from lightning_edit import tools  # noqa: E402
 from lightning_edit.data import CounterFact  # noqa: E402
-from lightning_edit.errors import ConfigError  # noqa: E402
+from lightning_edit.errors import ConfigError, Interrupted  # noqa: E402
 from lightning_edit.models.loading import ModelSource, load_model_and_tokenizer  # noqa: E402
 from lightning_edit.models.registry import resolve_architecture  # noqa: E402
 from lightning_edit.models.tokenization import encode_prompt, encode_prompt_target  # noqa: E402
 from lightning_edit.models.tracing import CATEGORIES, KINDS, Fact, category_effects, noise_scale, trace_fact  # noqa: E402
+from lightning_edit.stopping import stop_requested  # noqa: E402
 
 
 def known_facts(model, tokenizer, path: str, n: int, skip: int = 0) -> list[Fact]:
@@ -101,6 +102,9 @@ def main() -> None:
              f"P* {summary['p_clean']:.3f}, corrupted {summary['p_corrupted']:.3f}")  # fmt: skip
     plot(summary["average_indirect_effect"], title, out.with_name(out.name + ".png"))
     print(json.dumps({k: summary[k] for k in ("facts", "p_clean", "p_corrupted", "peak_layer", "seconds")}))
+    if "stopped" in summary:
+        raise Interrupted(f"causal tracing stopped by {summary['stopped']}; {out.name}.json and .png hold the facts "
+                          "traced so far: run the same command again for all of them", summary["signal"])  # fmt: skip
 
 
 def summarise(args) -> dict:
@@ -111,7 +115,7 @@ def summarise(args) -> dict:
     if not facts:
         raise ConfigError(f"--data {args.data!r}: the model knows none of its facts (after --skip {args.skip})")
     noise = noise_scale(model, tokenizer, arch, [fact.subject for fact in facts], args.noise_factor)
-    start, traces = time.perf_counter(), []
+    start, traces, stopped = time.perf_counter(), [], {}
     for index, fact in enumerate(facts):
         trace = trace_fact(
             model, tokenizer, arch, fact, noise, args.samples, tuple(args.kinds), args.window, seed=index
@@ -119,6 +123,9 @@ def summarise(args) -> dict:
         traces.append(trace)
         print(f"{index + 1}/{len(facts)} {fact.prompt!r} -> {fact.answer!r}: P* {trace.p_clean:.3f}, corrupted "
               f"{trace.p_corrupted:.3f} ({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+        if (signum := stop_requested()) is not None and len(traces) < len(facts):  # SIGTERM: keep the facts traced
+            stopped = {"stopped": f"signal {signum} after {len(traces)} of {len(facts)} facts", "signal": signum}
+            break
     tables = [category_effects(trace) for trace in traces]
     averages = {kind: mean_table([table[kind] for table in tables]) for kind in args.kinds}
     summary = {
@@ -134,6 +141,7 @@ def summarise(args) -> dict:
         "seconds": round(time.perf_counter() - start, 1),
         "categories": CATEGORIES,
         "average_indirect_effect": averages,  # kind -> [layer][category]
+        **stopped,
         "peak_layer": {  # where each kind's effect at the last subject token is largest
             kind: max(range(arch.num_layers), key=lambda layer: averages[kind][layer][2]) for kind in args.kinds
         },

@@ -120,3 +120,43 @@ def test_a_rejected_option_of_an_in_process_run_is_one_line(tmp_path):
     status, err = run_tool("-c", code)
     assert status == 2 and len(err) == 2, err  # the command line of the run, then the error
     assert "protocol" in err[1] and "singel" in err[1]
+
+
+def test_causal_tracing_stops_on_sigterm_between_facts_and_keeps_what_it_traced(tmp_path, monkeypatch, capsys):
+    """SIGTERM during the first fact: that fact is finished, written to the JSON and the figure, and the tool exits
+    with 143 in one line saying so; the remaining facts are not traced."""
+    import importlib.util
+    import json
+    import signal
+
+    from lightning_edit import tools
+
+    spec = importlib.util.spec_from_file_location("causal_trace", ROOT / "benchmarks" / "causal_trace.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    traced = []
+
+    def trace_then_signal(*args, **kwargs):
+        traced.append(args[3])
+        if len(traced) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler tools.run installs records it
+        return script_trace_fact(*args, **kwargs)
+
+    script_trace_fact = script.trace_fact
+    monkeypatch.setattr(script, "trace_fact", trace_then_signal)
+    out = tmp_path / "trace"
+    monkeypatch.setattr(sys, "argv", ["causal_trace.py", "--model", "builtin:models/toy-gpt2", "--data",
+                                      "builtin:data/toy/counterfact.json", "--facts", "3", "--samples", "1",
+                                      "--kinds", "hidden", "--out", str(out)])  # fmt: skip
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            tools.run(script.main)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert stop.value.code == 143 and len(traced) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # (the loader's progress bar)
+    assert len(err) == 1 and ": error: causal tracing stopped by signal 15 after 1 of 3 facts;" in err[0]
+    summary = json.loads((tmp_path / "trace.json").read_text())
+    assert summary["facts"] == 1 and summary["stopped"] == "signal 15 after 1 of 3 facts"
+    assert (tmp_path / "trace.png").stat().st_size > 0
