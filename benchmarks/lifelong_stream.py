@@ -115,8 +115,9 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = len(METRICS) + 3  # the scores, then perplexity, ‖ΔW‖ and edits/s
-    figure, axes = plt.subplots(1, panels, figsize=(3.6 * panels, 3.2))
+    panels = len(METRICS) + 3  # the scores, then perplexity, ‖ΔW‖ and edits/s, in rows of four
+    figure, axes = plt.subplots(2, 4, figsize=(14.4, 6.4))
+    axes = axes.flatten()[:panels]
     for method, rows in table.items():
         rows = [row for row in rows if "edits_per_s" in row]  # the checkpoints
         if not rows:
@@ -126,12 +127,14 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
             axis.plot(edits, [row[metric] for row in rows], marker="o", label=method)
             axis.set(title=metric, xlabel="edits", ylim=(0, 1.02))
         for axis, key, title in (
-            (axes[-3], "heldout_perplexity", "held-out perplexity"),
+            (axes[-3], "heldout_perplexity", "held-out perplexity (dashed: unedited)"),
             (axes[-2], "weight_change", "‖W − W₀‖"),
-        ):
+        ):  # log scales: a stream that diverges grows them by orders of magnitude
             if all(row.get(key) is not None for row in rows):
                 axis.plot(edits, [row[key] for row in rows], marker="o", label=method)
-                axis.set(title=title, xlabel="edits")
+                axis.set(title=title, xlabel="edits", yscale="log")
+        if rows[0].get("perplexity_unedited") is not None:
+            axes[-3].axhline(rows[0]["perplexity_unedited"], color="gray", linestyle="--")
         axes[-1].plot(edits, [row["edits_per_s"] for row in rows], marker="o", label=method)
         axes[-1].set(title="edits/s (cumulative)", xlabel="edits", yscale="log")
     axes[0].legend()
