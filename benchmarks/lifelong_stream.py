@@ -118,6 +118,7 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
     panels = len(METRICS) + 3  # the scores, then perplexity, ‖ΔW‖ and edits/s, in rows of four
     figure, axes = plt.subplots(2, 4, figsize=(14.4, 6.4))
     axes = axes.flatten()[:panels]
+    unedited = None
     for method, rows in table.items():
         rows = [row for row in rows if "edits_per_s" in row]  # the checkpoints
         if not rows:
@@ -133,10 +134,11 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
             if all(row.get(key) is not None for row in rows):
                 axis.plot(edits, [row[key] for row in rows], marker="o", label=method)
                 axis.set(title=title, xlabel="edits", yscale="log")
-        if rows[0].get("perplexity_unedited") is not None:
-            axes[-3].axhline(rows[0]["perplexity_unedited"], color="gray", linestyle="--")
+        unedited = rows[0].get("perplexity_unedited", unedited)  # the same for every method
         axes[-1].plot(edits, [row["edits_per_s"] for row in rows], marker="o", label=method)
         axes[-1].set(title="edits/s (cumulative)", xlabel="edits", yscale="log")
+    if unedited is not None:
+        axes[-3].axhline(unedited, color="gray", linestyle="--")
     axes[0].legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
