@@ -108,6 +108,8 @@ class EditCLI(LightningCLI):
             if user_error(error) is not None:
                 await_launched_processes(self.trainer)
             raise
+        finally:
+            folder.unlock()
 
     def before_validate(self) -> None:
         self._add_report()

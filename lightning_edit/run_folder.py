@@ -10,15 +10,24 @@ earlier run (:data:`RUN_FILES`); the one exception is a run resumed from a check
 there (and, if it fails, puts back the settings files it rewrote). Every process checks, before any of them
 writes, so all refuse together. A run that fails removes the settings it wrote if it wrote nothing else
 (:meth:`RunFolder.release`), so the same command runs again; nothing that was there before it is touched.
+
+While it runs, process 0 holds an exclusive lock on the folder (``flock`` on the directory, released by the system
+when the process ends, however it ends): a second run into the same folder at the same time, such as a scheduler's
+requeued job resuming the stream checkpoint that the first is still writing, is refused in one line. A new version
+folder is not locked (the logger picks an unused version for each run; it is made later, and a launcher's processes
+must still find it new).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from lightning import Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lightning_edit.errors import ConfigError
 
@@ -54,6 +63,7 @@ class RunFolder:
         held: the names of the entries it held then.
         settings: a resumed run's folder: the settings files it held then (name, bytes), which the run rewrites and a
             failed run puts back.
+        lock: process 0's open descriptor of the folder, which holds the lock until :meth:`unlock`; None elsewhere.
     """
 
     path: Path
@@ -61,34 +71,52 @@ class RunFolder:
     existed: bool
     held: frozenset[str]
     settings: tuple[tuple[str, bytes], ...] = ()
+    lock: int | None = None
 
     @classmethod
     def claim(cls, trainer: Trainer, ckpt_path: str | Path | None = None) -> RunFolder:
-        """The run's folder; a :class:`~lightning_edit.errors.ConfigError` if it holds an earlier run's files."""
+        """The run's folder, locked by process 0 (a folder that runs share is made first if new; a new version folder
+        is not locked); a :class:`~lightning_edit.errors.ConfigError` if another run holds the lock or the folder
+        holds an earlier run's files."""
         path = run_folder(trainer)
         logger = trainer.loggers[0] if trainer.loggers else None
         versioned = isinstance(logger, (CSVLogger, TensorBoardLogger)) and not _same(path, logger.root_dir)
-        held = frozenset(entry.name for entry in path.iterdir()) if path.is_dir() else frozenset()
-        earlier = held if versioned else held & RUN_FILES
-        resumed = ckpt_path is not None and Path(ckpt_path).is_file() and _same(Path(ckpt_path).parent, path)
-        if earlier and not resumed:
-            if versioned:
-                hint = "leave trainer.logger.init_args.version unset for a new version folder, or pick an unused one"
-            else:
-                option = "trainer.logger.init_args.save_dir" if logger else "trainer.default_root_dir"
-                hint = f"pick another {option}, or use a logger (each run gets a new version folder)"
-            shown = ", ".join(sorted(earlier)[:5]) + (", ..." if len(earlier) > 5 else "")
-            raise ConfigError(f"{path} holds the files of an earlier run ({shown}); a run writes only into a new "
-                              f"folder: {hint}")  # fmt: skip
+        option = "trainer.logger.init_args.save_dir" if logger else "trainer.default_root_dir"
+        existed = path.is_dir()
+        # a new version folder is not made here: the processes that a launcher starts next pick their version anew
+        locked = rank_zero_only.rank == 0 and (existed or not versioned)
+        lock = lock_folder(path, option) if locked else None
+        try:
+            held = frozenset(entry.name for entry in path.iterdir()) if path.is_dir() else frozenset()
+            earlier = held if versioned else held & RUN_FILES
+            resumed = ckpt_path is not None and Path(ckpt_path).is_file() and _same(Path(ckpt_path).parent, path)
+            if earlier and not resumed:
+                if versioned:
+                    hint = "leave trainer.logger.init_args.version unset for a new version folder, or pick an unused "
+                    hint += "one"
+                else:
+                    hint = f"pick another {option}, or use a logger (each run gets a new version folder)"
+                shown = ", ".join(sorted(earlier)[:5]) + (", ..." if len(earlier) > 5 else "")
+                raise ConfigError(f"{path} holds the files of an earlier run ({shown}); a run writes only into a "
+                                  f"new folder: {hint}")  # fmt: skip
+        except BaseException:
+            if lock is not None:
+                os.close(lock)
+            raise
         settings = (
             tuple((name, (path / name).read_bytes()) for name in sorted(SETTINGS_FILES & held)) if resumed else ()
         )
-        return cls(path, versioned, path.is_dir(), held, settings)
+        return cls(path, versioned, existed, held, settings, lock)
+
+    def unlock(self) -> None:
+        """Let the next run into the folder (at the end of the run, whether it failed or not)."""
+        if self.lock is not None:
+            os.close(self.lock)
 
     def release(self) -> None:
         """After a failed run: put back the settings a resumed run rewrote; remove the settings it wrote if it wrote
-        nothing else (in a folder that runs share, nothing else of :data:`RUN_FILES`), and the version folder it
-        made, then empty."""
+        nothing else (in a folder that runs share, nothing else of :data:`RUN_FILES`), and the folder it made, then
+        empty."""
         if not self.path.is_dir():
             return
         for name, data in self.settings:
@@ -99,8 +127,25 @@ class RunFolder:
         if new and all(entry.is_file() and entry.name in SETTINGS_FILES for entry in new):
             for entry in new:
                 entry.unlink()
-        if self.versioned and not self.existed and not any(self.path.iterdir()):
+        if not self.existed and not any(self.path.iterdir()):
             self.path.rmdir()
+
+
+def lock_folder(path: Path, option: str) -> int:
+    """An open descriptor of the folder ``path`` (made if new) holding an exclusive lock on it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be made or opened as the run's folder ({error.strerror}); pick another "
+                          f"{option}") from None  # fmt: skip
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise ConfigError(f"{path} is in use by another run now (one run at a time writes into a folder): wait for "
+                          f"it to end, or pick another {option}") from None  # fmt: skip
+    return descriptor
 
 
 def _same(one: str | Path, other: str | Path) -> bool:

@@ -108,6 +108,19 @@ def test_a_second_run_without_a_logger_into_the_same_folder_is_refused_in_one_li
     assert hashes(run) == before
 
 
+def test_a_folder_that_cannot_be_made_is_refused_in_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["validate", *RUN, GOOD, "--trainer.logger=false", f"--trainer.default_root_dir={blocker / 'run'}"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"lightning-edit: error: {blocker / 'run'}: cannot be made or opened as the run's folder (Not a directory); "
+        "pick another trainer.default_root_dir"
+    )
+
+
 @pytest.mark.parametrize("logger", ["false", "CSVLogger"])
 def test_a_failed_run_leaves_no_settings_and_the_same_command_runs_again(tmp_path, logger):
     flags = [f"--trainer.logger={logger}", f"--trainer.default_root_dir={tmp_path / 'run'}"]

@@ -2,6 +2,7 @@
 results of an uninterrupted run; a foreign, truncated or corrupt checkpoint is refused in one line before any edit."""
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from lightning_edit.editors.stream_checkpoint import (
     write_checkpoint,
 )
 from lightning_edit.errors import ConfigError, Interrupted
+from lightning_edit.run_folder import lock_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 STATS = ["--model.stats.corpus=builtin:data/toy/corpus.txt", "--model.stats.n_samples=40"]
@@ -204,6 +206,26 @@ def test_a_refused_resume_in_the_checkpoints_folder_changes_none_of_its_files(tm
     with pytest.raises(ConfigError, match="was written by another run: model.edit_batch_size"):
         build_cli(command("memit", tmp_path / "run", "--model.edit_batch_size=4", f"--ckpt_path={checkpoint}"))
     assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()} == before
+
+
+def test_a_second_resume_while_the_first_runs_is_refused_and_the_same_command_resumes_after_it(tmp_path, monkeypatch):
+    """A scheduler's requeued job resuming the checkpoint that the first job is still writing: refused in one line
+    before any edit, every file as it was; once the first has ended (its lock released), the same command resumes."""
+    folder = tmp_path / "run"
+    checkpoint = stopped("memit", folder, monkeypatch)
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    first = lock_folder(folder, "trainer.default_root_dir")  # what the first run's process 0 holds while it runs
+    calls = stop_during_call(monkeypatch, editor_class("memit"), 0)  # counts the calls, stops none
+    with pytest.raises(ConfigError) as refused:
+        build_cli(command("memit", folder, f"--ckpt_path={checkpoint}"))
+    assert str(refused.value) == (
+        f"{folder} is in use by another run now (one run at a time writes into a folder): wait for it to end, or "
+        "pick another trainer.default_root_dir"
+    )
+    assert calls == [] and {path.name: path.read_bytes() for path in folder.iterdir()} == before
+    os.close(first)
+    build_cli(command("memit", folder, f"--ckpt_path={checkpoint}"))
+    assert json.loads((folder / "results.json").read_text())["metrics"]
 
 
 def test_a_new_run_is_refused_in_a_folder_that_holds_a_stream_checkpoint(tmp_path, monkeypatch):
