@@ -1,6 +1,7 @@
 """The benchmark scripts and the ``python -m`` tools: one-line errors before any model loads (lightning_edit.tools)."""
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_edit.cli import build_cli
 from lightning_edit.stats.sample_corpus import main as sample_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,12 +18,12 @@ MAIN = '\nif __name__ == "__main__":\n'
 MISSING = "/nonexistent/model"  # a model that would fail to load: the errors below come before loading it
 
 
-def run_tool(*args: str, cwd: Path = ROOT) -> tuple[int, list[str]]:
-    """(exit status, lines of stderr) of ``python <args>``."""
+def run_tool(*args: str, cwd: Path = ROOT, stdout: bool = False) -> tuple[int, list[str]]:
+    """(exit status, lines of stderr, or of stdout) of ``python <args>``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("LIGHTNING_EDIT_DEBUG", None)
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
-    return done.returncode, done.stderr.strip().splitlines()
+    return done.returncode, (done.stdout if stdout else done.stderr).strip().splitlines()
 
 
 @pytest.mark.parametrize(
@@ -160,3 +162,38 @@ def test_causal_tracing_stops_on_sigterm_between_facts_and_keeps_what_it_traced(
     summary = json.loads((tmp_path / "trace.json").read_text())
     assert summary["facts"] == 1 and summary["stopped"] == "signal 15 after 1 of 3 facts"
     assert (tmp_path / "trace.png").stat().st_size > 0
+
+
+def test_runs_over_disjoint_ranges_combine_to_the_run_over_all_and_overlaps_are_refused(tmp_path, monkeypatch):
+    """combine_runs.py: NoEdit's runs over records 0-1 and 2-4 of the bundled CounterFact file give, together, the macro
+    means of one run over 0-4; overlapping ranges, or runs that differ in a setting, are refused in one line."""
+    monkeypatch.setattr(sys, "argv", ["lightning-edit"])
+    monkeypatch.chdir(tmp_path)
+
+    def run(name: str, offset: int, limit: int, *flags: str) -> Path:
+        build_cli(["validate", "--model=NoEdit", "--model.lm.path=builtin:models/tiny-gpt2", "--data=CounterFact",
+                   "--data.path=builtin:data/counterfact-flat.json", f"--data.offset={offset}",
+                   f"--data.limit={limit}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+                   f"--trainer.default_root_dir={tmp_path / name}", *flags])  # fmt: skip
+        return tmp_path / name
+
+    head, tail, whole = run("head", 0, 2), run("tail", 2, 3), run("whole", 0, 5)
+    status, out = run_tool(str(ROOT / "benchmarks/combine_runs.py"), str(head), str(tail), "--metrics", "ES", "NS",
+                           stdout=True)  # fmt: skip
+    assert status == 0, out
+    combined = json.loads(out[0])
+    expected = json.loads((whole / "results.json").read_text())["metrics"]
+    assert combined["cases"] == 5 and combined["ranges (offset, limit)"] == [[0, 2], [2, 3]]
+    assert combined["macro"].keys() == {name for name, value in expected.items() if "macro" in value}
+    for name, mean in combined["macro"].items():
+        assert mean == pytest.approx(expected[name]["macro"], rel=1e-12, abs=1e-12), name
+    assert out[-1] == f"| 5 | {expected['ES']['macro']:.2f} | {expected['NS']['macro']:.2f} |"
+
+    status, err = run_tool(str(ROOT / "benchmarks/combine_runs.py"), str(head), str(whole))
+    assert status == 1 and len(err) == 1, err
+    assert err[0].startswith(f"combine_runs.py: error: {whole}: record ") and f"is a case of {head} too" in err[0]
+    other = run("other", 2, 3, "--seed_everything=1")
+    status, err = run_tool(str(ROOT / "benchmarks/combine_runs.py"), str(head), str(other))
+    assert status == 1 and len(err) == 1, err
+    assert err[0] == (f"combine_runs.py: error: {other}: seed_everything is 1, 0 in {head}: only the range of records "
+                      "may differ")  # fmt: skip
