@@ -9,9 +9,12 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 import torch.distributed as dist
 from torch.multiprocessing import spawn
 from transformers import GPT2LMHeadModel
@@ -19,6 +22,7 @@ from transformers import GPT2LMHeadModel
 from lightning_edit import stopping
 from lightning_edit.cli import build_cli
 from lightning_edit.editors import FT
+from lightning_edit.editors.protocol_runner import ProtocolRunner
 from lightning_edit.errors import Interrupted
 from lightning_edit.stats.sample_corpus import main as sample_corpus
 
@@ -79,6 +83,62 @@ def test_sigterm_under_single_stops_after_the_current_case(protocol, edited, mon
             f"--trainer.default_root_dir={tmp_path}",
         ])  # fmt: skip
     assert sum(calls) == edited and not list(tmp_path.rglob("results.json"))
+
+
+class _GlooStrategy:
+    """What the protocol runner asks of a strategy, over the gloo group of :func:`_shares_of_the_statistics`."""
+
+    world_size = 2
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        votes = torch.tensor(int(decision))
+        dist.all_reduce(votes)
+        return bool(votes == 2) if all else bool(votes)
+
+
+def _shares_of_the_statistics(rank: int, port: int, results: str) -> None:
+    """Process 1 is stopped in its share of the statistics pass; process 0 has finished its own by then."""
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=30)
+    )
+
+    def share(index: int, count: int) -> None:
+        if index == 1:
+            dist.barrier()  # process 0 is past its share
+            stopping.request_stop(signal.SIGTERM)
+            raise Interrupted(f"key statistics pass stopped by signal {stopping.stop_point()} at document 3")
+        dist.barrier()
+
+    merged = []
+    trainer = SimpleNamespace(world_size=2, global_rank=rank, strategy=_GlooStrategy())
+    editor = SimpleNamespace(
+        trainer=trainer, placement=SimpleNamespace(shard_mesh=None), compute_statistics_shard=share,
+        prepare_statistics=lambda: merged.append(rank),
+    )  # fmt: skip
+    try:
+        ProtocolRunner(editor).prepare_statistics()
+        outcome = "merged" if merged else "neither"
+    except Interrupted as stopped:
+        outcome = str(stopped)
+    finally:
+        dist.destroy_process_group()
+    Path(results, str(rank)).write_text(outcome)
+
+
+@pytest.mark.multiprocess
+def test_a_process_stopped_in_its_share_of_the_statistics_stops_the_one_that_finished(tmp_path):
+    """Before, the process that had finished its share waited in a barrier for one that had left (gloo: "Connection
+    closed by peer"); now both leave with their own line, and neither merges the shares."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    spawn(_shares_of_the_statistics, args=(port, str(tmp_path)), nprocs=2)
+    finished, stopped = [(tmp_path / str(rank)).read_text() for rank in range(2)]
+    assert finished == (
+        "key statistics pass stopped by signal 15 after this process's share, which is cached: run the same command "
+        "again to resume"
+    )
+    assert stopped == "key statistics pass stopped by signal 15 at document 3"
 
 
 def _children(pid: int) -> list[int]:

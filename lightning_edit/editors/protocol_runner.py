@@ -164,12 +164,27 @@ class ProtocolRunner:
         """The editor's :meth:`~lightning_edit.editors.base.EditorModule.prepare_statistics`; with several processes,
         each first caches its share of the statistics pass and, once all have, merges the shards instead of running
         the whole pass (a cache shared by the processes). The processes of a sharded model run the whole pass
-        together."""
+        together.
+
+        A process stopped by a signal in its share still meets the others at the end of the shares (one
+        :func:`~lightning_edit.stopping.stop_agreed`, in place of a barrier), so a process that finished its share
+        stops too, instead of waiting for one that left."""
         editor = self.editor
         sharded = editor.placement.shard_mesh is not None
         if editor.trainer.world_size > 1 and not sharded:
-            editor.compute_statistics_shard(editor.trainer.global_rank, editor.trainer.world_size)
-            editor.trainer.strategy.barrier("key statistics")
+            strategy = editor.trainer.strategy
+            try:
+                editor.compute_statistics_shard(editor.trainer.global_rank, editor.trainer.world_size)
+            except Interrupted:
+                stop_agreed(strategy)  # the others' decision below; this process stops with its own message
+                raise
+            if stop_agreed(strategy):
+                signum = stop_requested()  # posted by the process that received it, before the all-reduce
+                raise Interrupted(
+                    f"key statistics pass stopped by signal {signum} after this process's share, which is cached: run "
+                    "the same command again to resume",
+                    signum,
+                )
         with in_step(editor.trainer.strategy if sharded else None):
             editor.prepare_statistics()
 
