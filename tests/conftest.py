@@ -7,6 +7,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # read by huggingface_hub at import: set bef
 os.environ["WANDB_MODE"] = "disabled"
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from lightning_edit import stopping  # noqa: E402
 from lightning_edit.models.build import random_model, train_tokenizer  # noqa: E402
@@ -23,6 +24,16 @@ def _no_stop_signal_left():
     yield
     stopping._signals.clear()
     stopping._posted = False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _threads_put_back():
+    """Torch's thread count as each module found it, for the modules after it: a count a module (or Lightning's DDP
+    set-up in this process) leaves behind would run every later test on it (2 threads on a core another job uses made
+    tests 10 times slower)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session", params=["gpt2", "llama"])

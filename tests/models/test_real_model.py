@@ -49,9 +49,14 @@ REAL_MODELS = [
 PRESET = editor_arguments(yaml.safe_load((ROOT / "configs/models/smollm2-135m.yaml").read_text()), ROME)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _two_threads():
+    """The module's forwards on 2 threads (tests/conftest.py puts the count back after the module)."""
+    torch.set_num_threads(2)
+
+
 @pytest.fixture(scope="module")
 def smollm2():
-    torch.set_num_threads(2)
     return load_model_and_tokenizer(ModelSource(SMOLLM2))
 
 
@@ -69,7 +74,6 @@ def mean_nll(model, tokenizer, prompt: str, answer: str) -> tuple[float, float]:
 
 @pytest.fixture(scope="module", params=REAL_MODELS)
 def real_model(request):
-    torch.set_num_threads(2)
     return request.param, *load_model_and_tokenizer(ModelSource(request.param))
 
 
