@@ -47,7 +47,7 @@ from lightning_edit.presets import compose_presets
 from lightning_edit.redaction import REDACTED, add_secrets, argv_secrets, mask, mask_output, redact, secret_field
 from lightning_edit.report import RunReport
 from lightning_edit.run_folder import RunFolder
-from lightning_edit.stopping import request_stop, stop_agreed
+from lightning_edit.stopping import request_stop, stop_agreed, take_held_processes
 from lightning_edit.tools import one_line
 
 lightning_edit.data.import_all()  # registers the benchmarks for the short names of --data
@@ -172,10 +172,11 @@ class StopSignals(_SignalConnector):
 def await_launched_processes(trainer: Trainer, seconds: float = 10.0) -> None:
     """After a stop or a user error that every process meets at the same point, wait up to ``seconds`` for the
     processes Lightning's launcher started, so the run ends whole, and keep its observer (which kills this process
-    when one of them exits non-zero) from turning this process's status 143 or 1 into a SIGKILL."""
+    when one of them exits non-zero) from turning this process's status 143 or 1 into a SIGKILL (after a stop, the
+    processes were taken from it when the stop was agreed: :func:`~lightning_edit.stopping.stop_agreed`)."""
     launched = getattr(trainer.strategy.launcher, "procs", [])
     deadline = time.monotonic() + seconds
-    for process in launched:
+    for process in [*take_held_processes(), *launched]:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
     launched.clear()  # the observer watches this list: empty, it has nothing to act on

@@ -24,6 +24,7 @@ def _no_stop_signal_left():
     yield
     stopping._signals.clear()
     stopping._posted = False
+    stopping._held.clear()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
+from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
 from torch.multiprocessing import spawn
 from transformers import GPT2LMHeadModel
 
@@ -59,6 +60,28 @@ def test_a_signal_to_one_process_reaches_the_others_without_a_collective(tmp_pat
         port = free.getsockname()[1]
     spawn(_posts_and_reads, args=(port, str(tmp_path)), nprocs=2)
     assert [(tmp_path / str(rank)).read_text() for rank in range(2)] == ["[None, 15]", "[None, 15]"]
+
+
+def test_an_agreed_stop_takes_the_launched_processes_from_lightnings_observer():
+    """Process 0 of a run Lightning's subprocess launcher started: after an agreed stop, a launched process that exits
+    with 143 before process 0 has finished stopping no longer makes the launcher's observer SIGKILL process 0 (a
+    2-process sharded stop test ended so, -9 and no line from process 0); the CLI still waits for it."""
+    main = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # stands in for process 0
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(143)"])
+    child.wait()
+    try:
+        launched = [child]
+        strategy = SimpleNamespace(
+            world_size=2, launcher=SimpleNamespace(procs=launched), reduce_boolean_decision=lambda decision, all: True
+        )  # the other process asked to stop
+        assert stopping.stop_agreed(strategy)
+        assert launched == [] and _ChildProcessObserver(main.pid, launched)._run()  # done: nothing to act on
+        assert main.poll() is None
+        assert stopping.take_held_processes() == [child] and stopping.take_held_processes() == []
+        assert _ChildProcessObserver(main.pid, [child])._run()  # not taken from it, the observer kills process 0
+        assert main.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        main.kill()
 
 
 @pytest.mark.parametrize(("protocol", "edited"), [("single", 1), ("batch", 8)])
