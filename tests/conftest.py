@@ -29,9 +29,9 @@ def _no_stop_signal_left():
 
 @pytest.fixture(scope="module", autouse=True)
 def _threads_put_back():
-    """Torch's thread count as each module found it, for the modules after it: a count a module (or Lightning's DDP
-    set-up in this process) leaves behind would run every later test on it (2 threads on a core another job uses made
-    tests 10 times slower)."""
+    """Torch's thread count as each module found it, for the modules after it: a count a module leaves behind would
+    run every later test on it (2 threads left by the real-model module, on a core another job used, made a later
+    device-map test 10 times slower)."""
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
