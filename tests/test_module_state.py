@@ -12,7 +12,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_edit"
 #: module -> the module-level containers it changes on purpose: state of the process, not a registry of things
 PROCESS_STATE = {
-    "lightning_edit.stopping": {"_signals", "_in_step"},  # what a signal handler records, and where a run is in step
+    # what a signal handler records, where a run is in step, and the launched processes a stop took from Lightning
+    "lightning_edit.stopping": {"_signals", "_in_step", "_held"},
     "lightning_edit.redaction": {"_secrets"},  # the secrets this process has read (API keys), masked in all output
 }
 MUTATORS = {"append", "extend", "insert", "update", "setdefault", "add", "pop", "popitem", "clear", "remove", "discard"}
