@@ -1,7 +1,7 @@
 """ROME, MEMIT, AlphaEdit and UltraEdit on a LLaMA-2-7B-shaped model with random weights, on a GPU (not a test).
 
     python benchmarks/gpu_7b_shape.py --device cuda                      # LLaMA-2-7B shape, bfloat16 and float32
-    python benchmarks/gpu_7b_shape.py --shape small --device cpu         # the dry run: a small shape, minutes on CPU
+    python benchmarks/gpu_7b_shape.py --shape small --device cpu         # the dry run: a small shape on CPU
 
 No weights travel: the model is built from its config with random weights on the machine, saved (safetensors) with
 the embedded tokenizer and loaded by the editors' own loading code, with ``configs/models/llama-2-7b.yaml``'s sites and
@@ -47,7 +47,9 @@ from lightning_edit.stats.config import KeyStatistics  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {  # layers, width, heads, MLP width, vocabulary
     "llama-2-7b": (32, 4096, 32, 11008, 32000),
-    "small": (10, 256, 4, 688, 32000),  # the dry run: the preset's ROME and MEMIT layers (up to 8) exist
+    # the dry run: the preset's ROME and MEMIT layers (up to 8) exist; LLaMA's MLP ratio; the embedded tokenizer's
+    # 1,024 tokens (a 32,000 vocabulary and width 256 made the dry run take 4 min in the test suite, bfloat16 on CPU)
+    "small": (10, 64, 2, 172, 1024),
 }
 EDITORS = {"ROME": ROME, "MEMIT": MEMIT, "AlphaEdit": AlphaEdit, "UltraEdit": UltraEdit}
 
