@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from lightning_edit.cases import EditCase, PromptGroup
+from lightning_edit.cli import main
 from lightning_edit.data import CounterFact
 from lightning_edit.judges.agreement import cohen_kappa, spearman
 from lightning_edit.judges.kind import Generation, JudgedKind
@@ -216,9 +217,9 @@ JUDGE_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", JUDGE_FAULTS)
-def test_a_judge_or_cache_fault_is_one_line_before_any_edit(fault, tmp_path, chat_server):
+def test_a_judge_or_cache_fault_is_one_line_before_any_edit(fault, tmp_path, chat_server, monkeypatch, capsys):
     """ROME (the quickstart) with a faulty judge: the run stops on the fault before the editor's key statistics,
-    let alone an edit, and before any request."""
+    let alone an edit, and before any request. In process (a subprocess's imports took most of its 9 s a fault)."""
     change, without, make_cache, expected = JUDGE_FAULTS[fault]
     spec, env = loopback_judge(chat_server, tmp_path)
     spec = {"class_path": change.pop("class_path", spec["class_path"]), "init_args": spec["init_args"] | change}
@@ -228,13 +229,18 @@ def test_a_judge_or_cache_fault_is_one_line_before_any_edit(fault, tmp_path, cha
     command = validate_command(
         tmp_path / "run", {"LLM": spec}, config="quickstart.yaml", flags=(f"--model.stats.cache_dir={stats}",)
     )
-    done = subprocess.run(
-        command, cwd=tmp_path, env=run_environment(env, without), timeout=600, capture_output=True, text=True
-    )
-    assert done.returncode == 1, done.stderr[-3000:]
-    lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith(f"lightning-edit: error: {expected}"), lines[-1]
-    assert "Traceback" not in done.stderr and chat_server.calls == 0
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # --data=test_judged_runs.JudgedFacts
+    monkeypatch.chdir(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    for name in without:
+        monkeypatch.delenv(name)
+    with pytest.raises(SystemExit) as exit_info:
+        main(command[3:])  # the arguments after ``python -m lightning_edit``
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith(f"lightning-edit: error: {expected}"), err[-3000:]
+    assert "Traceback" not in err and chat_server.calls == 0
     assert not stats.exists()  # ROME never computed its key statistics: no weight was touched
 
 
