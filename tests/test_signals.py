@@ -135,6 +135,7 @@ def test_sigterm_during_the_sequential_edits_writes_a_checkpoint_that_resumes(tm
     args = [
         "validate", "--config", str(ROOT / "configs/quickstart.yaml"), "--model.protocol=sequential",
         "--model.eval_at=[20]", "--data.limit=40", f"--model.stats.cache_dir={cache}", f"--trainer.logger={logger}",
+        "--model.stats.n_samples=300",  # of the quickstart's 4,890 toy documents: the pass before the edits is short
         f"--trainer.default_root_dir={tmp_path / 'run'}",
     ]  # fmt: skip
     status, err = terminate_when(command(*args), "sequential edits", tmp_path / "run.log", delay=0, threads=1)
