@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from subprocess import PIPE, Popen
 
 import pytest
 import torch
@@ -171,22 +172,24 @@ def test_no_secret_reaches_any_file_or_message(tmp_path):
     common = [
         "--model=NoEdit", f"--model.lm.path={TINY}", "--data=CounterFact",
         "--data.path=builtin:data/counterfact-flat.json", "--data.limit=2", "--config", str(config),
-        "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path / 'run'}",
+        "--trainer.enable_progress_bar=false",
     ]  # fmt: skip
-    runs = [
-        subprocess.run(command("validate", *common), capture_output=True, text=True, env=env, cwd=tmp_path),
-        subprocess.run(  # a rejected option whose value is a secret
-            command("validate", *common, "--model.api_key", SECRET_IN_FLAG), capture_output=True, text=True, env=env
-        ),
-        subprocess.run(  # a user error, and a traceback with --debug
-            command("validate", *common, "--data.limit=0", "--debug"), capture_output=True, text=True, env=env
-        ),
+
+    def validate(folder: str, *more: str) -> list[str]:  # each run its own folder: the three run side by side
+        root = f"--trainer.default_root_dir={tmp_path / folder}"
+        return command("validate", *common, root, f"--trainer.logger.init_args.save_dir={tmp_path / folder}", *more)
+
+    commands = [
+        validate("run"),
+        validate("flag", "--model.api_key", SECRET_IN_FLAG),  # a rejected option whose value is a secret
+        validate("debug", "--data.limit=0", "--debug"),  # a user error, and a traceback with --debug
     ]
-    assert runs[0].returncode == 0, runs[0].stderr[-3000:]
+    runs = [Popen(c, stdout=PIPE, stderr=PIPE, text=True, env=env, cwd=tmp_path) for c in commands]
+    texts = ["".join(run.communicate(timeout=600)) for run in runs]
+    assert runs[0].returncode == 0, texts[0][-3000:]
     assert [r.returncode for r in runs[1:]] == [2, 1]
     assert (tmp_path / "run" / "results.json").is_file() and list((tmp_path / "run" / "wandb").rglob("*.wandb"))
-    texts = [r.stdout + r.stderr for r in runs]
-    texts += [path.read_bytes().decode("latin-1") for path in (tmp_path / "run").rglob("*") if path.is_file()]
+    texts += [path.read_bytes().decode("latin-1") for path in tmp_path.rglob("*") if path.is_file() and path != config]
     for secret in (SECRET_IN_CONFIG, SECRET_IN_FLAG, SECRET_IN_ENV):
         assert not [text[:200] for text in texts if secret in text], secret
     assert "<redacted>" in (tmp_path / "run" / "config.yaml").read_text()
