@@ -51,6 +51,16 @@ def terminate_when(
     return process.wait(timeout=timeout), log.read_text(errors="replace")
 
 
+def start(args: list[str], cwd: Path, threads: int | None = None) -> Popen:
+    """``args`` started beside what the test runs next (a reference run beside the one it stops): :func:`finished`."""
+    return Popen(args, stdout=PIPE, stderr=PIPE, text=True, env=environment(threads), cwd=cwd)
+
+
+def finished(process: Popen) -> None:
+    stderr = process.communicate(timeout=900)[1]
+    assert process.returncode == 0, stderr[-3000:]
+
+
 def run(args: list[str], cwd: Path, threads: int | None = None) -> subprocess.CompletedProcess:
     result = subprocess.run(args, capture_output=True, text=True, env=environment(threads), cwd=cwd, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -82,6 +92,7 @@ def test_sigterm_during_the_statistics_pass_saves_a_resumable_partial(tmp_path):
 
     # one thread: on two, one CI run in many found the sums different at float32 rounding (8e-7 near 900; the sums
     # are float64), most likely a key the forward rounded differently in another process, not the resume
+    reference = start(validate(tmp_path / "reference", tmp_path / "c", False), tmp_path, threads=1)
     status, err = terminate_when(
         validate(tmp_path / "cache", tmp_path / "a", True), "key statistics", tmp_path / "a.log", delay=0.3, threads=1
     )  # the pass takes seconds: the signal arrives during it
@@ -93,7 +104,7 @@ def test_sigterm_during_the_statistics_pass_saves_a_resumable_partial(tmp_path):
 
     resumed = run(validate(tmp_path / "cache", tmp_path / "b", False), tmp_path, threads=1)
     assert (tmp_path / "b" / "results.json").is_file(), resumed.stderr[-2000:]
-    run(validate(tmp_path / "reference", tmp_path / "c", False), tmp_path, threads=1)
+    finished(reference)
     got, expected = moments(tmp_path / "cache"), moments(tmp_path / "reference")
     assert got.keys() == expected.keys() and len(got) == 1
     assert all(torch.equal(got[name], expected[name]) for name in got)  # bit-identical
@@ -111,10 +122,11 @@ def test_sigterm_during_a_mend_fit_leaves_a_checkpoint_that_resumes(tmp_path):
 
     # One CPU thread in every process: bit-identity across processes is promised for a fixed thread count; the stop
     # points themselves (mid-epoch, mid-accumulation, between epochs) are tested in-process in test_mend.py.
-    run(fit(tmp_path / "a"), tmp_path, threads=1)
+    uninterrupted = start(fit(tmp_path / "a"), tmp_path, threads=1)
     status, err = terminate_when(
         fit(tmp_path / "b"), "at the start of training", tmp_path / "b.log", delay=0.5, threads=1
     )
+    finished(uninterrupted)
     assert status == 128 + signal.SIGTERM, err[-3000:]
     checkpoint = tmp_path / "b" / "interrupted.ckpt"
     assert checkpoint.is_file() and not (tmp_path / "b" / "mend.pt").exists()
@@ -139,6 +151,8 @@ def test_sigterm_during_the_sequential_edits_writes_a_checkpoint_that_resumes(tm
         "--model.stats.n_samples=300",  # of the quickstart's 4,890 toy documents: the pass before the edits is short
         f"--trainer.default_root_dir={tmp_path / 'run'}",
     ]  # fmt: skip
+    whole = [*args[:-1], f"--trainer.default_root_dir={tmp_path / 'whole'}", f"--model.stats.cache_dir={cache}-whole"]
+    uninterrupted = start(command(*whole), tmp_path, threads=1) if logger == "false" else None
     status, err = terminate_when(command(*args), "sequential edits", tmp_path / "run.log", delay=0, threads=1)
     assert status == 128 + signal.SIGTERM, err[-3000:]
     message = err.strip().splitlines()[-1]
@@ -148,11 +162,10 @@ def test_sigterm_during_the_sequential_edits_writes_a_checkpoint_that_resumes(tm
     checkpoint = message.rpartition("--ckpt_path ")[2]
     assert "Traceback" not in err and not list((tmp_path / "run").rglob("results.json"))
     assert Path(checkpoint).is_file() and moments(cache)  # the statistics, computed before the edits, are kept
-    if logger == "true":
+    if uninterrupted is None:
         return
     run(command(*args, f"--ckpt_path={checkpoint}"), tmp_path, threads=1)
-    whole = [*args[:-1], f"--trainer.default_root_dir={tmp_path / 'whole'}"]
-    run(command(*whole), tmp_path, threads=1)
+    finished(uninterrupted)  # its own statistics (bit-identical on one thread), computed beside the stopped run's
     resumed, uninterrupted = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("run", "whole"))
     assert resumed["metrics"] == uninterrupted["metrics"]
     assert (tmp_path / "run" / "cases.jsonl").read_text() == (tmp_path / "whole" / "cases.jsonl").read_text()
