@@ -102,7 +102,8 @@ class StillTrueCounterFact(GreedyCounterFact):
         return [StillTrue(), JudgedKind("first_word", "exact_match", Generation(max_new_tokens=4))]
 
 
-def validate(tmp_path: Path, name: str, devices: int, protocol: str) -> tuple[dict, list[dict]]:
+def start(tmp_path: Path, name: str, devices: int, protocol: str) -> subprocess.Popen:
+    """A toy run of ROME on ``devices`` processes, started; :func:`outputs` waits for it."""
     directory = tmp_path / name
     command = [
         sys.executable,
@@ -114,7 +115,7 @@ def validate(tmp_path: Path, name: str, devices: int, protocol: str) -> tuple[di
         "--data.limit=6",
         "--data.batch_size=2",
         "--model.stats.n_samples=300",
-        f"--model.stats.cache_dir={tmp_path / 'stats'}",
+        f"--model.stats.cache_dir={tmp_path / f'stats-{name}'}",  # each run its own: the two run side by side
         f"--model.protocol={protocol}",
         *(["--model.eval_at=[3]"] if protocol == "sequential" else []),
         "--model.scoring.pre_edit=true",
@@ -124,8 +125,14 @@ def validate(tmp_path: Path, name: str, devices: int, protocol: str) -> tuple[di
         "--trainer.enable_progress_bar=false",
         f"--trainer.default_root_dir={directory}",
     ]
-    env = os.environ | {"PYTHONPATH": str(Path(__file__).parent), "HF_HUB_OFFLINE": "1"}
-    subprocess.run(command, cwd=tmp_path, env=env, check=True, timeout=600, capture_output=True)
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).parent), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def outputs(tmp_path: Path, name: str, run: subprocess.Popen) -> tuple[dict, list[dict]]:
+    stderr = run.communicate(timeout=600)[1]
+    assert run.returncode == 0, stderr[-3000:]
+    directory = tmp_path / name
     results = json.loads((directory / "results.json").read_text())
     cases = [json.loads(line) for line in (directory / "cases.jsonl").read_text().splitlines()]
     return results, cases
@@ -134,8 +141,8 @@ def validate(tmp_path: Path, name: str, devices: int, protocol: str) -> tuple[di
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("protocol", ["single", "sequential"])
 def test_own_kind_on_one_and_two_processes(tmp_path, protocol):
-    one, one_cases = validate(tmp_path, "one", 1, protocol)
-    two, two_cases = validate(tmp_path, "two", 2, protocol)
+    runs = {name: start(tmp_path, name, devices, protocol) for name, devices in (("one", 1), ("two", 2))}
+    (one, one_cases), (two, two_cases) = (outputs(tmp_path, name, run) for name, run in runs.items())
     em, fw = one["metrics"]["EM"], one["metrics"]["FW"]
     assert em["kind"] == "greedy_exact_match" and em["convention"] == ExactMatch.convention
     assert one["metrics"]["EM_pre"]["macro"] == 0.0  # the unedited model continues with the true answer
