@@ -163,20 +163,20 @@ def test_no_secret_by_another_name_reaches_any_file_or_message(tmp_path):
         "--data=CounterFact", "--data.path=builtin:data/counterfact-flat.json", "--data.limit=2", "--config",
         str(config), "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={run}",
     ]  # fmt: skip
-    runs = [
-        subprocess.run(common, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600),
-        subprocess.run([*common, "--print_config"], capture_output=True, text=True, env=env, timeout=600),
+    processes = [  # side by side (--print_config writes nothing)
+        subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        for args in (common, [*common, "--print_config"])
     ]
-    assert runs[0].returncode == 0, runs[0].stderr[-3000:]
-    assert runs[1].returncode == 0, runs[1].stderr[-3000:]
+    (table, run_err), (printed, print_err) = (process.communicate(timeout=600) for process in processes)
+    assert [process.returncode for process in processes] == [0, 0], (run_err[-3000:], print_err[-3000:])
     files = [path for path in run.rglob("*") if path.is_file()]
     names = {path.name for path in files}
     assert {"results.json", "config.yaml", "hparams.yaml"} <= names and any(n.endswith(".wandb") for n in names)
-    texts = [r.stdout + r.stderr for r in runs] + [path.read_bytes().decode("latin-1") for path in files]
+    texts = [table, run_err, printed, print_err] + [path.read_bytes().decode("latin-1") for path in files]
     secret_parts = [planted[name], password, token, planted["headers"]["Authorization"].split()[1]]
     secret_parts += [planted["aws_secret_access_key"], planted["passphrase"]]
     for secret in secret_parts:
         assert not [text[:200] for text in texts if secret in text], secret
     for path, text in [(p, p.read_text()) for p in files if p.name in ("results.json", "config.yaml", "hparams.yaml")]:
         assert f"http://{REDACTED}@judge.example/v1" in text and f"Bearer {REDACTED}" in text, path
-    assert f"http://{REDACTED}@judge.example/v1" in runs[1].stdout and f"Bearer {REDACTED}" in runs[1].stdout
+    assert f"http://{REDACTED}@judge.example/v1" in printed and f"Bearer {REDACTED}" in printed
