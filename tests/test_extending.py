@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -254,27 +255,31 @@ def test_the_checklists_add_a_benchmark_and_an_editor_inside_the_package(tmp_pat
     add(hardening, "EDITORS: dict[str, list[str] | None] = {\n", '    "Scale": ["--model.layer=9"],\n')
     add(matrix, "METHOD_FLAGS = {\n", '    "scale": [],\n')
 
-    imported = run_in(copy, "-c", "import lightning_edit; print(lightning_edit.__file__)", timeout=120)
-    assert Path(imported.stdout.strip()) == package / "__init__.py", imported.stderr
-
-    # The short names on the command line.
-    run = run_in(
-        copy, "-m", "lightning_edit", "validate", "--model", "Scale", "--model.lm.path=builtin:models/tiny-gpt2",
-        "--data", "Capitals", "--data.path=builtin:data/samples/capitals.json", "--trainer.logger=false",
-        "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={copy / 'run'}", timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-4000:]
-    results = json.loads((copy / "run/results.json").read_text())
-    assert results["counts"]["cases"] == 3 and results["metrics"]["capital_acc"]["n_cases"] == 3
-
-    # The tests each step names: the registrations, the new tests, the matrix cells, every preset x the method.
+    # The short names on the command line, and the tests each step names (the registrations, the new tests, the
+    # matrix cells, every preset x the method): three processes side by side.
     selected = (
         "capitals or scale or test_every_loader_and_editor_is_registered or test_every_method_config_has_its_flags"
         " or test_model_preset_sets_only_shared_arguments"
     )
     files = ["tests/data/test_capitals.py", "tests/editors/test_scale.py", "tests/test_hardening.py",
              "tests/test_matrix.py", "tests/test_configs.py"]  # fmt: skip
-    tested = run_in(copy, "-m", "pytest", "-q", "-rp", "-p", "no:cacheprovider", *files, "-k", selected, timeout=480)
+    with ThreadPoolExecutor() as pool:
+        imported = pool.submit(run_in, copy, "-c", "import lightning_edit; print(lightning_edit.__file__)", timeout=120)
+        run = pool.submit(
+            run_in, copy, "-m", "lightning_edit", "validate", "--model", "Scale",
+            "--model.lm.path=builtin:models/tiny-gpt2", "--data", "Capitals",
+            "--data.path=builtin:data/samples/capitals.json", "--trainer.logger=false",
+            "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={copy / 'run'}", timeout=300,
+        )  # fmt: skip
+        tested = pool.submit(
+            run_in, copy, "-m", "pytest", "-q", "-rp", "-p", "no:cacheprovider", *files, "-k", selected, timeout=480
+        )
+    imported, run, tested = imported.result(), run.result(), tested.result()
+    assert Path(imported.stdout.strip()) == package / "__init__.py", imported.stderr
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = json.loads((copy / "run/results.json").read_text())
+    assert results["counts"]["cases"] == 3 and results["metrics"]["capital_acc"]["n_cases"] == 3
+
     failures = tested.stdout[tested.stdout.find("= FAILURES =") :]
     assert tested.returncode == 0, failures[:8000] + tested.stderr[-2000:]
     passed = {line.split()[1] for line in tested.stdout.splitlines() if line.startswith("PASSED ")}
