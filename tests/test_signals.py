@@ -197,10 +197,9 @@ def test_no_secret_reaches_any_file_or_message(tmp_path):
         validate("flag", "--model.api_key", SECRET_IN_FLAG),  # a rejected option whose value is a secret
         validate("debug", "--data.limit=0", "--debug"),  # a user error, and a traceback with --debug
     ]
-    runs = [Popen(c, stdout=PIPE, stderr=PIPE, text=True, env=env, cwd=tmp_path) for c in commands]
-    texts = ["".join(run.communicate(timeout=600)) for run in runs]
-    assert runs[0].returncode == 0, texts[0][-3000:]
-    assert [r.returncode for r in runs[1:]] == [2, 1]
+    processes = [Popen(c, stdout=PIPE, stderr=PIPE, text=True, env=env, cwd=tmp_path) for c in commands]
+    texts = ["".join(process.communicate(timeout=600)) for process in processes]
+    assert [process.returncode for process in processes] == [0, 2, 1], texts[0][-3000:]
     assert (tmp_path / "run" / "results.json").is_file() and list((tmp_path / "run" / "wandb").rglob("*.wandb"))
     texts += [path.read_bytes().decode("latin-1") for path in tmp_path.rglob("*") if path.is_file() and path != config]
     for secret in (SECRET_IN_CONFIG, SECRET_IN_FLAG, SECRET_IN_ENV):
