@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 from lightning import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import OnExceptionCheckpoint
+from lightning.pytorch.callbacks import Callback, OnExceptionCheckpoint
 from lightning.pytorch.cli import ArgsType, LightningCLI, SaveConfigCallback
 from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -47,7 +47,7 @@ from lightning_edit.presets import compose_presets
 from lightning_edit.redaction import REDACTED, add_secrets, argv_secrets, mask, mask_output, redact, secret_field
 from lightning_edit.report import RunReport
 from lightning_edit.run_folder import RunFolder
-from lightning_edit.stopping import request_stop, stop_agreed, take_held_processes
+from lightning_edit.stopping import hold_launched_processes, request_stop, stop_agreed, take_held_processes
 from lightning_edit.tools import one_line
 
 lightning_edit.data.import_all()  # registers the benchmarks for the short names of --data
@@ -149,6 +149,7 @@ class EditCLI(LightningCLI):
         also saves a checkpoint to resume from when it is stopped (:class:`InterruptCheckpoint`)."""
         trainer = super().instantiate_trainer(**kwargs)
         trainer._signal_connector = StopSignals(trainer)
+        trainer.callbacks.insert(0, HoldOnUserError())  # the first of Lightning's hooks on an exception
         for logger in trainer.loggers:
             logger.log_hyperparams = partial(_log_redacted, logger.log_hyperparams)
         closed_form = (
@@ -173,13 +174,25 @@ def await_launched_processes(trainer: Trainer, seconds: float = 10.0) -> None:
     """After a stop or a user error that every process meets at the same point, wait up to ``seconds`` for the
     processes Lightning's launcher started, so the run ends whole, and keep its observer (which kills this process
     when one of them exits non-zero) from turning this process's status 143 or 1 into a SIGKILL (after a stop, the
-    processes were taken from it when the stop was agreed: :func:`~lightning_edit.stopping.stop_agreed`)."""
+    processes were taken from it when the stop was agreed, after a user error by :class:`HoldOnUserError`)."""
     launched = getattr(trainer.strategy.launcher, "procs", [])
     deadline = time.monotonic() + seconds
     for process in [*take_held_processes(), *launched]:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
     launched.clear()  # the observer watches this list: empty, it has nothing to act on
+
+
+class HoldOnUserError(Callback):
+    """On a user error or a stop, which every process meets at the same point, take the launched processes from
+    the launcher's observer at once (:func:`~lightning_edit.stopping.hold_launched_processes`), not only when the
+    error reaches the CLI: Lightning first finalizes the loggers and tears the strategy down, and the observer would
+    kill this process, before it prints the error's line, once another process has exited with 1 or 143. A bug is
+    left to the observer, which ends every process."""
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        if user_error(exception) is not None:
+            hold_launched_processes(trainer.strategy)
 
 
 class InterruptCheckpoint(OnExceptionCheckpoint):

@@ -27,7 +27,7 @@ from typing import Any
 _signals: list[int] = []  # the stop signals received by this process (request_stop)
 _posted = False  # whether this process posted its signal to the process group's store
 _in_step: list[Any] = []  # the strategies whose processes are in step now (in_step)
-_held: list[Any] = []  # the processes Lightning's launcher started, taken from its observer (stop_agreed)
+_held: list[Any] = []  # the processes Lightning's launcher started, taken from its observer (hold_launched_processes)
 STORE_KEY = "lightning_edit/stop"
 
 
@@ -67,15 +67,15 @@ def stop_agreed(strategy: Any) -> bool:
         return requested
     agreed = strategy.reduce_boolean_decision(requested, all=False)
     if agreed:
-        _hold_launched_processes(strategy)
+        hold_launched_processes(strategy)
     return agreed
 
 
-def _hold_launched_processes(strategy: Any) -> None:
+def hold_launched_processes(strategy: Any) -> None:
     """On the process that launched the others (Lightning's subprocess launcher), take them out of the list its
-    observer thread watches: the observer kills this process when one of them exits non-zero, and after a stop they
-    exit with 143 while this one may still be stopping (it would end with SIGKILL, without its line or status). The
-    CLI waits for them before it exits (:func:`take_held_processes`)."""
+    observer thread watches: the observer kills this process when one of them exits non-zero, and after a stop (143)
+    or a user error every process meets (1) they exit while this one may still be ending (it would end with SIGKILL,
+    without its line or status). The CLI waits for them before it exits (:func:`take_held_processes`)."""
     launched = getattr(getattr(strategy, "launcher", None), "procs", None)
     if launched:
         _held.extend(launched)
@@ -83,7 +83,8 @@ def _hold_launched_processes(strategy: Any) -> None:
 
 
 def take_held_processes() -> list[Any]:
-    """The launched processes :func:`stop_agreed` took from the launcher's observer (none are held after)."""
+    """The launched processes :func:`hold_launched_processes` took from the launcher's observer (none are held
+    after)."""
     held = list(_held)
     _held.clear()
     return held
