@@ -207,7 +207,8 @@ def main() -> None:
             if row.get("heldout_perplexity") is not None:
                 health = f"{row['heldout_perplexity']:.1f} ({row['perplexity_unedited']:.1f}) | "
             health += f"{row['weight_change']:.2f}" if row.get("weight_change") is not None else ""
-            speed = f"{row['edits_per_s']:.1f} | {row['peak_gib']:.2f}" if "edits_per_s" in row else " |"
+            rate = row.get("edits_per_s")  # three decimals below 1 (a real model on a CPU: 0.053)
+            speed = f"{rate:.{1 if rate >= 1 else 3}f} | {row['peak_gib']:.2f}" if rate is not None else " |"
             edits = (
                 row["edits"]
                 if row.get("applied", row["edits"]) == row["edits"]
