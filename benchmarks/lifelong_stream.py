@@ -205,7 +205,8 @@ def main() -> None:
             scores = " | ".join(f"{row[m]:.2f}" for m in METRICS)
             health = " | "
             if row.get("heldout_perplexity") is not None:
-                health = f"{row['heldout_perplexity']:.1f} ({row['perplexity_unedited']:.1f}) | "
+                perplexity = row["heldout_perplexity"]  # a collapsed model's: 2.31e+11
+                health = f"{perplexity:.{'1f' if perplexity < 1e5 else '2e'}} ({row['perplexity_unedited']:.1f}) | "
             health += f"{row['weight_change']:.2f}" if row.get("weight_change") is not None else ""
             rate = row.get("edits_per_s")  # three decimals below 1 (a real model on a CPU: 0.053)
             speed = f"{rate:.{1 if rate >= 1 else 3}f} | {row['peak_gib']:.2f}" if rate is not None else " |"
