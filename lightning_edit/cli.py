@@ -15,6 +15,7 @@ trainer's log directory, sends them to the logger and prints the table (:mod:`li
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -263,6 +264,7 @@ def build_cli(args: ArgsType = None, run: bool = True, exit_on_error: bool = Tru
     ``build_cli(["--config", "configs/quickstart.yaml"], run=False).model`` is the editor that config describes.
     ``exit_on_error=False`` raises ``ArgumentError`` for a rejected option instead of printing it and exiting.
     """
+    _silence_known_noise()
     return EditCLI(
         LightningModule,  # editors (EditorModule) and trainable modules (toy pretraining, MEND)
         LightningDataModule,
@@ -290,7 +292,6 @@ def main(args: ArgsType = None) -> None:
     argv = [argument for argument in argv if argument != "--debug"]
     mask_output()
     signal.signal(signal.SIGTERM, request_stop)
-    _silence_known_noise()
     try:
         add_secrets(argv_secrets(argv))  # a config file it cannot read (not UTF-8, too deep) is a user error
         if args is None:  # what loggers record of the command line (W&B's metadata), masked
@@ -337,10 +338,15 @@ LITLOGGER_TIP = "💡 Tip: For seamless cloud logging and experiment tracking, t
 
 
 def _silence_known_noise() -> None:
-    """Keep the :data:`KNOWN_WARNINGS` and the :data:`LITLOGGER_TIP` out of the output, and nothing else."""
+    """Keep the :data:`KNOWN_WARNINGS` and the :data:`LITLOGGER_TIP` out of the output, and nothing else (again and
+    again: each filter is kept once)."""
     for message, category, module in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=re.escape(message), category=category, module=module)
-    rank_zero_module.log.addFilter(lambda record: not record.getMessage().startswith(LITLOGGER_TIP))
+    rank_zero_module.log.addFilter(_not_the_litlogger_tip)
+
+
+def _not_the_litlogger_tip(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(LITLOGGER_TIP)
 
 
 def _exit(message: str, status: int) -> None:

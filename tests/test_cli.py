@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,21 @@ NOISE = [
     "We strongly recommend passing in an `attention_mask`",
     "Validate metric",
 ]
+
+
+def test_an_in_process_run_shows_none_of_the_noise(tmp_path, capfd, caplog):
+    """``build_cli`` in a Python process (the benchmark scripts, a notebook) keeps the :data:`NOISE` out as the
+    command does: no warning of the known ones, no LitLogger tip."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_cli([
+            "validate", "--model=NoEdit", "--model.lm.path=builtin:models/tiny-gpt2", "--data=CounterFact",
+            "--data.path=builtin:data/counterfact-flat.json", "--data.limit=2", "--trainer.enable_progress_bar=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ])  # fmt: skip
+    printed = "".join(capfd.readouterr()) + caplog.text + "".join(str(warning.message) for warning in caught)
+    assert [noise for noise in NOISE if noise in printed] == [], printed[-3000:]
+    assert list(tmp_path.rglob("results.json"))  # in the default logger's folder
 
 
 def test_quickstart_prints_progress_and_one_table(tmp_path):
