@@ -49,7 +49,7 @@ from lightning_edit.redaction import REDACTED, add_secrets, argv_secrets, mask, 
 from lightning_edit.report import RunReport
 from lightning_edit.run_folder import RunFolder
 from lightning_edit.stopping import hold_launched_processes, request_stop, stop_agreed, take_held_processes
-from lightning_edit.tools import one_line
+from lightning_edit.tools import close_progress_bars, one_line
 
 lightning_edit.data.import_all()  # registers the benchmarks for the short names of --data
 
@@ -350,5 +350,6 @@ def _not_the_litlogger_tip(record: logging.LogRecord) -> bool:
 
 
 def _exit(message: str, status: int) -> None:
+    close_progress_bars()  # the line starts a line of its own, not at the end of a bar's
     print(f"lightning-edit: {mask(message)}", file=sys.stderr)
     raise SystemExit(status)

@@ -112,8 +112,17 @@ def output(path: Path, option: str) -> Iterator[TextIO]:
 
 def fail(message: str, status: int = 1) -> None:
     """Print ``<tool>: error: <message>`` (secrets masked) on stderr and exit with ``status``."""
+    close_progress_bars()
     print(f"{tool_name()}: error: {mask(message)}", file=sys.stderr)
     raise SystemExit(status)
+
+
+def close_progress_bars() -> None:
+    """Close every tqdm bar still open (a run that stopped or failed inside its loop), which ends the bar's line: an
+    error line printed next starts a line of its own. tqdm keeps its open bars in ``tqdm._instances``."""
+    std = sys.modules.get("tqdm.std")  # not imported: no bar was ever opened
+    for bar in list(getattr(getattr(std, "tqdm", None), "_instances", ())):
+        bar.close()
 
 
 def one_line(message: str) -> str:

@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from tqdm.auto import tqdm
 
+from lightning_edit import cli, tools
 from lightning_edit.cli import build_cli
+from lightning_edit.errors import ConfigError
 from lightning_edit.stats.sample_corpus import main as sample_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +125,32 @@ def test_a_rejected_option_of_an_in_process_run_is_one_line(tmp_path):
     status, err = run_tool("-c", code)
     assert status == 2 and len(err) == 2, err  # the command line of the run, then the error
     assert "protocol" in err[1] and "singel" in err[1]
+
+
+@pytest.mark.parametrize("runner", ["lightning-edit", "tool"])
+def test_an_error_inside_a_loop_prints_its_line_after_the_loops_bar_not_at_its_end(runner, monkeypatch, capsys):
+    """A run that stops or fails in a loop whose tqdm bar something else holds (Lightning's TQDMProgressBar holds its
+    validation bar; here the loop's frame, which the exception keeps) leaves the bar open, on a line with no end: the
+    error's one line is printed on a line of its own, after the bar's."""
+
+    def fails_in_a_loop(*args: object, **kwargs: object) -> None:
+        bar = tqdm(total=10, desc="edits", file=sys.stderr)
+        bar.update(3)
+        raise ConfigError("--model.x=1: out of range")
+
+    if runner == "lightning-edit":
+        monkeypatch.setattr(cli, "build_cli", fails_in_a_loop)
+        monkeypatch.setattr(cli.signal, "signal", lambda *args: None)  # main's SIGTERM handler stays the test's
+        monkeypatch.delenv("LIGHTNING_EDIT_DEBUG", raising=False)
+        with pytest.raises(SystemExit):
+            cli.main(["validate"])
+    else:
+        monkeypatch.setattr(tools.signal, "signal", lambda *args: None)
+        with pytest.raises(SystemExit):
+            tools.run(fails_in_a_loop)
+    bar, error = capsys.readouterr().err.rsplit("\n", 2)[:2]
+    assert "edits:" in bar and error.endswith("error: --model.x=1: out of range"), (bar, error)
+    assert error.startswith("lightning-edit:" if runner == "lightning-edit" else tools.tool_name())
 
 
 def test_causal_tracing_stops_on_sigterm_between_facts_and_keeps_what_it_traced(tmp_path, monkeypatch, capsys):
