@@ -119,23 +119,24 @@ def plot(table: dict[str, list[dict]], path: Path) -> None:
     figure, axes = plt.subplots(2, 4, figsize=(14.4, 6.4))
     axes = axes.flatten()[:panels]
     unedited = None
-    for method, rows in table.items():
-        rows = [row for row in rows if "edits_per_s" in row]  # the checkpoints
-        if not rows:
-            continue
+    streams = {method: [row for row in rows if "edits_per_s" in row] for method, rows in table.items()}  # checkpoints
+    streams = {method: rows for method, rows in streams.items() if rows}
+    for color, (method, rows) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], streams.items()):
+        # one color per method in every panel, also where a method has no curve (GRACE edits no weight)
+        line = {"marker": "o", "label": method, "color": color}
         edits = [row["edits"] for row in rows]
         for axis, metric in zip(axes, METRICS):
-            axis.plot(edits, [row[metric] for row in rows], marker="o", label=method)
+            axis.plot(edits, [row[metric] for row in rows], **line)
             axis.set(title=metric, xlabel="edits", ylim=(0, 1.02))
         for axis, key, title in (
             (axes[-3], "heldout_perplexity", "held-out perplexity (dashed: unedited)"),
             (axes[-2], "weight_change", "‖W − W₀‖"),
         ):  # log scales: a stream that diverges grows them by orders of magnitude
             if all(row.get(key) is not None for row in rows):
-                axis.plot(edits, [row[key] for row in rows], marker="o", label=method)
+                axis.plot(edits, [row[key] for row in rows], **line)
                 axis.set(title=title, xlabel="edits", yscale="log")
         unedited = rows[0].get("perplexity_unedited", unedited)  # the same for every method
-        axes[-1].plot(edits, [row["edits_per_s"] for row in rows], marker="o", label=method)
+        axes[-1].plot(edits, [row["edits_per_s"] for row in rows], **line)
         axes[-1].set(title="edits/s (cumulative)", xlabel="edits", yscale="log")
     if unedited is not None:
         axes[-3].axhline(unedited, color="gray", linestyle="--")

@@ -88,3 +88,33 @@ def test_each_checkpoint_records_perplexity_and_weight_norms(tmp_path):
     assert [record["edits"] for record in stream] == [2, 4] and not any(
         "heldout" in record or "weights" in record for record in stream
     )
+
+
+def test_the_stream_figure_gives_each_method_one_color_in_every_panel(tmp_path):
+    """``benchmarks/lifelong_stream.py --plot``: a method with no ‖W − W₀‖ curve (GRACE edits no weight) does not
+    shift the colors of the methods after it in that panel (AlphaEdit's curve was drawn in GRACE's color)."""
+    import importlib.util
+
+    import matplotlib.pyplot as plt
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "lifelong_stream.py"
+    spec = importlib.util.spec_from_file_location("lifelong_stream", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def checkpoints(weight_change: float | None) -> list[dict]:
+        scores = dict.fromkeys(script.METRICS, 0.5)
+        health = {"heldout_perplexity": 20.0, "perplexity_unedited": 15.0, "weight_change": weight_change}
+        return [{"edits": edits, "edits_per_s": 1.0, **scores, **health} for edits in (10, 20)]
+
+    table = {"MEMIT": checkpoints(5.0), "GRACE": checkpoints(None), "AlphaEdit": checkpoints(3.0)}
+    script.plot(table, tmp_path / "streams.png")
+    figure = plt.gcf()
+    scores, weight_change = figure.axes[0], figure.axes[len(script.METRICS) + 1]
+    colors = {line.get_label(): line.get_color() for line in scores.get_lines()}
+    assert weight_change.get_title() == "‖W − W₀‖" and len(set(colors.values())) == 3
+    assert {line.get_label(): line.get_color() for line in weight_change.get_lines()} == {
+        "MEMIT": colors["MEMIT"],
+        "AlphaEdit": colors["AlphaEdit"],
+    }
+    plt.close(figure)
