@@ -122,7 +122,8 @@ def close_progress_bars() -> None:
     error line printed next starts a line of its own. tqdm keeps its open bars in ``tqdm._instances``."""
     std = sys.modules.get("tqdm.std")  # not imported: no bar was ever opened
     for bar in list(getattr(getattr(std, "tqdm", None), "_instances", ())):
-        bar.close()
+        with contextlib.suppress(ValueError, OSError):  # a bar whose file is closed: the error line still prints
+            bar.close()
 
 
 def one_line(message: str) -> str:
